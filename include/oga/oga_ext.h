@@ -1,0 +1,183 @@
+/*
+ * oga_ext.h -- oga additions to the OGA 0.18 C API (prefix OgaExt, so they cannot collide with
+ * OGA names): the model-executor interface, the built-in deterministic test model, and
+ * introspection used by the Python binding and by tests.
+ *
+ * Conventions are those of oga.h.
+ */
+#ifndef OGA_OGA_EXT_H_
+#define OGA_OGA_EXT_H_
+
+#include "oga/oga.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Model executor interface
+ *
+ * The engine core never runs a model itself. It packs one step (VarlenDecoderIO layout, see
+ * OgaExtStepInputs) and hands it to an executor through this table of callbacks. The ONNX Runtime
+ * executor (Cython) and the built-in test executor implement it.
+ *
+ * Threading: every callback runs on the engine owner thread, inside OgaCreateEngine,
+ * OgaEngineRun or OgaDestroyEngine. The GIL is not held: a Python executor must acquire it.
+ * ------------------------------------------------------------------------------------------- */
+typedef uint32_t OgaExtExecutionStatus;
+#define OgaExtExecutionStatus_Ok 0u
+#define OgaExtExecutionStatus_Retryable 1u         /* step rolled back; engine stays healthy */
+#define OgaExtExecutionStatus_CapacityExceeded 2u  /* out of memory; step rolled back; healthy */
+#define OgaExtExecutionStatus_Fatal 3u             /* unknown failure; engine becomes unhealthy */
+
+typedef uint32_t OgaExtLogitsType;
+#define OgaExtLogitsType_Float32 0u
+#define OgaExtLogitsType_Float16 1u
+
+/* Paged-cache geometry the engine decided at creation; the executor allocates its cache tensors
+ * ([num_blocks, block_size, ...] per layer) from it, once. */
+typedef struct OgaExtEngineGeometry {
+  size_t block_size;
+  size_t num_blocks;
+  size_t max_batch_size;        /* max rows per step */
+  size_t max_scheduled_tokens;  /* max packed tokens per step */
+  size_t max_block_table_columns;
+  size_t vocab_size;
+} OgaExtEngineGeometry;
+
+/* One packed step. Arrays live in engine-owned buffers preallocated at the configured limits;
+ * they are valid only during the execute callback. Rows are in scheduler order. */
+typedef struct OgaExtStepInputs {
+  size_t num_rows;
+  size_t num_tokens;
+  const int64_t* input_ids;                   /* [num_tokens] unprocessed tokens, rows concatenated */
+  const int64_t* position_ids;                /* [num_tokens] past_sequence_lengths[r] + j */
+  const int32_t* cumulative_sequence_lengths; /* [num_rows + 1] row boundaries in input_ids */
+  const int32_t* past_sequence_lengths;       /* [num_rows] committed KV length = first write slot */
+  const int32_t* block_table;                 /* [num_rows, block_table_columns] row-major; -1 pads */
+  size_t block_table_columns;
+  const int32_t* attention_metadata;          /* [3] max_query_len, max_kv_len, max_kv_len lower bound */
+  const int32_t* logits_indices;              /* [num_rows] packed token index whose logits row is needed */
+  int32_t graph_eligible;                     /* 1: pure decode, one token per row */
+} OgaExtStepInputs;
+
+/* Filled by execute. `logits` must stay valid until the next execute or close_engine. Either
+ * one row per packed token (logits_rows == num_tokens) or one row per request
+ * (logits_rows == num_rows, the rows logits_indices names). */
+typedef struct OgaExtStepOutputs {
+  const void* logits;
+  OgaExtLogitsType logits_type;
+  size_t logits_rows;
+  size_t logits_row_stride; /* elements between rows; >= vocab_size */
+} OgaExtStepOutputs;
+
+typedef struct OgaExtModelExecutor {
+  /* Capability: the decoder returns one logits row per packed token (draft verification). */
+  int32_t per_token_logits;
+  /* Widest block table the executor can take (0 = unlimited); wider requests are unserviceable. */
+  size_t max_block_table_columns;
+  void* model_data;
+  /* Allocates per-engine state (caches) for `geometry`. Writes a NUL-terminated reason into
+   * `message` on failure. */
+  OgaExtExecutionStatus (*open_engine)(void* model_data, const OgaExtEngineGeometry* geometry, void** engine_data,
+                                       char* message, size_t message_capacity);
+  OgaExtExecutionStatus (*execute)(void* engine_data, const OgaExtStepInputs* inputs, OgaExtStepOutputs* outputs,
+                                   char* message, size_t message_capacity);
+  void (*close_engine)(void* engine_data);
+  /* Called once when the last reference to the model goes away. May be NULL. */
+  void (*release_model)(void* model_data);
+} OgaExtModelExecutor;
+
+/* Creates a model from a genai_config.json document (text) and an executor. The executor table is
+ * copied; model_data is owned by the model from now on (release_model frees it), also on failure.
+ * Any thread. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaExtCreateModelWithExecutor(const char* config_json, const OgaExtModelExecutor* executor,
+                                                                  OgaModel** out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Built-in deterministic test model
+ *
+ * The test executor keeps a paged token store [num_blocks * block_size] slots. Each slot holds
+ * (token, position, state), where state = Mix(state of the previous position read back through
+ * the block table, token, position) and the state of position -1 is the constant 0x6f6761. The
+ * logits of a token are a pure function of its state, so any block-table, packing or commit bug
+ * changes tokens; a slot that does not hold the position the table claims is reported as a fatal
+ * execution failure. The exact formulas are in src/test_executor.cpp.
+ *
+ * config_json is a genai_config.json document plus an optional "test_model" object:
+ *   {"per_token_logits": bool (default false), "max_block_table_columns": int (default 0)}
+ * ------------------------------------------------------------------------------------------- */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaExtCreateTestModel(const char* config_json, OgaModel** out);
+
+/* Fault injection for transaction tests. Phases: where the engine consults the injector. */
+typedef uint32_t OgaExtFaultPhase;
+#define OgaExtFaultPhase_Plan 0u          /* planning: an allocation failure escapes Run, engine healthy */
+#define OgaExtFaultPhase_Reserve 1u       /* cache reservation after an executable plan: contract failure */
+#define OgaExtFaultPhase_Execute 2u       /* the executor reports `kind` */
+#define OgaExtFaultPhase_Sample 3u        /* post-processing failure: retryable batch abort */
+#define OgaExtFaultPhase_CommitPrepare 4u /* commit preparation: contract failure after rollback */
+#define OgaExtFaultPhase_Commit 5u        /* publication: execution failure, fail-stop */
+/* For OgaExtFaultPhase_Execute: the OgaExtExecutionStatus to report. Ignored elsewhere. */
+/* Arms the fault: the next `skip` consultations of `phase` pass, then `count` fail. Arming again
+ * replaces the phase's previous arming. Only test models accept faults. Any thread. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaExtTestModelInjectFault(OgaModel* model, OgaExtFaultPhase phase, OgaExtExecutionStatus kind,
+                                                               uint64_t skip, uint64_t count);
+
+/* ---------------------------------------------------------------------------------------------
+ * Seed-era request creation: engine.create_request(params, options).
+ * ------------------------------------------------------------------------------------------- */
+/* [owner] Like OgaEngineCreateRequest, with request-level search defaults taken from `params`
+ * (max_length gives the default session cap; sampling settings give the default turn policy). */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaExtEngineCreateRequestWithParams(OgaEngine* engine, const OgaGeneratorParams* params,
+                                                                        const OgaRequestOptions* request_options, OgaRequest** out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Binding support
+ * ------------------------------------------------------------------------------------------- */
+/* One opaque pointer per request handle for the language binding (Python stores its Request
+ * object, borrowed). Any thread. NULL request -> no-op / NULL. */
+OGA_EXPORT void OGA_API_CALL OgaExtRequestSetUserData(OgaRequest* request, void* user_data);
+OGA_EXPORT void* OGA_API_CALL OgaExtRequestGetUserData(const OgaRequest* request);
+/* Counts the successfully validated runs of the buffer: a view taken at generation G is stale
+ * once this differs from G. NULL -> 0. Any thread (not concurrently with Run). */
+OGA_EXPORT uint64_t OGA_API_CALL OgaExtEngineEventBufferGetGeneration(const OgaEngineEventBuffer* buffer);
+/* Slots the buffer was created with. NULL -> 0. */
+OGA_EXPORT size_t OGA_API_CALL OgaExtEngineEventBufferGetCapacity(const OgaEngineEventBuffer* buffer);
+/* Path of the shared library that exports this API (for ctypes). Any thread. */
+OGA_EXPORT const char* OGA_API_CALL OgaExtLibraryPath(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Introspection for tests and benchmarks. [owner]
+ * ------------------------------------------------------------------------------------------- */
+/* Checks every engine invariant (block ownership and accounting, request/cache progress,
+ * scheduler membership). Fails with a message listing every violation. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaExtEngineCheckInvariants(const OgaEngine* engine);
+
+typedef struct OgaExtEngineCounters {
+  uint64_t model_runs;          /* executor calls */
+  uint64_t committed_steps;
+  uint64_t rolled_back_steps;
+  uint64_t step_ns;             /* wall time inside dynamic transactions, cumulative */
+  uint64_t executor_ns;         /* part of step_ns spent inside the executor */
+  uint64_t total_blocks;
+  uint64_t free_blocks;
+  uint64_t resident_requests;
+  uint64_t waiting_requests;
+  uint64_t bound_requests;      /* requests the engine holds (not closed, not reclaimed) */
+  uint64_t retained_events;
+} OgaExtEngineCounters;
+OGA_EXPORT OgaResult* OGA_API_CALL OgaExtEngineGetCounters(const OgaEngine* engine, OgaExtEngineCounters* out);
+
+/* The packed inputs of the last executed step (views into engine buffers, valid until the next
+ * Run). num_rows == 0 before the first step. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaExtEngineGetLastStepInputs(const OgaEngine* engine, OgaExtStepInputs* out);
+
+/* Test hook: sets the request's last assigned turn id, so turn-id exhaustion can be exercised.
+ * Only for an Unassigned or TurnComplete request without pending events. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaExtRequestSetLastTurnIdForTesting(OgaRequest* request, uint64_t turn_id);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OGA_OGA_EXT_H_ */

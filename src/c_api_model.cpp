@@ -1,0 +1,394 @@
+// C API: results, models, generator parameters, capabilities, speculative statistics, string
+// arrays, sequences, and the test-model and executor additions.
+#include <dlfcn.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "c_api_support.h"
+#include "engine.h"
+#include "model_handles.h"
+#include "oga/oga.h"
+#include "oga/oga_ext.h"
+
+using oga::ApiError;
+using oga::Guard;
+using oga::RequireNotNull;
+
+namespace {
+
+constexpr const char* kSpeculativeCountNames[] = {
+    "rounds", "completed_rounds", "interrupted_rounds", "active_rounds", "draft_tokens_proposed",
+    "draft_tokens_evaluated", "draft_tokens_accepted", "correction_tokens", "bonus_tokens", "tokens_queued",
+    "tokens_emitted", "tokens_discarded", "tokens_buffered", "draft_forward_passes", "target_forward_passes",
+    "effective_k", "adaptive_k_increases", "adaptive_k_decreases", "adaptive_k_observations", "adaptive_k_probes",
+    "cooldown_entries", "cooldown_steps", "cooldown_remaining", "standard_fallback_steps", "mtp_failures",
+    "dflash2_failures", "dflash2_disables", "dflash2_admission_misses", "full_accept_rounds", "partial_accept_rounds",
+    "zero_accept_rounds", "target_verify_forward_passes", "target_reanchor_forward_passes",
+    "target_reconciliation_forward_passes", "ngram_lookup_hits", "ngram_lookup_misses", "ngram_lookup_tokens_proposed",
+    "ngram_chained_tokens_proposed", "ngram_grammar_candidate_rejections", "ngram_history_syncs",
+    "ngram_history_tokens_synced"};
+constexpr const char* kSpeculativeBoolNames[] = {"formula_supported"};
+constexpr const char* kSpeculativeNumberNames[] = {
+    "total_draft_ms", "total_target_ms", "total_reconciliation_ms", "total_target_verify_ms",
+    "total_target_reanchor_ms", "total_ngram_history_sync_ms", "total_ngram_lookup_ms", "avg_draft_ms_per_token",
+    "acceptance_rate", "avg_draft_tokens_per_round", "mean_emitted_tokens_per_round", "expected_tokens_per_round",
+    "avg_target_ms_per_round", "target_baseline_ms_per_token", "target_overhead_ratio", "estimated_speedup",
+    "observed_speedup", "adaptive_k_throughput"};
+
+template <size_t N>
+bool Contains(const char* const (&names)[N], const char* name) {
+  for (const char* candidate : names) {
+    if (std::strcmp(candidate, name) == 0) return true;
+  }
+  return false;
+}
+
+void SetSearchValue(oga::SearchConfig& search, const std::string& name, double value, bool is_bool) {
+  auto integer = [&]() -> int64_t {
+    if (is_bool || !std::isfinite(value) || value != std::floor(value) || std::fabs(value) > 9.0e15) {
+      throw ApiError(name + " must be an integer search option.");
+    }
+    return static_cast<int64_t>(value);
+  };
+  auto number = [&]() -> double {
+    if (is_bool) throw ApiError(name + " must be a number search option.");
+    return value;
+  };
+  if (name == "do_sample") {
+    if (!is_bool) throw ApiError("do_sample must be a boolean search option.");
+    search.do_sample = value != 0.0;
+  } else if (name == "max_length") {
+    search.max_length = integer();
+  } else if (name == "min_length") {
+    search.min_length = integer();
+  } else if (name == "num_beams") {
+    search.num_beams = integer();
+  } else if (name == "batch_size") {
+    search.batch_size = integer();
+  } else if (name == "top_k") {
+    search.top_k = integer();
+  } else if (name == "top_p") {
+    search.top_p = number();
+  } else if (name == "temperature") {
+    search.temperature = number();
+  } else if (name == "repetition_penalty") {
+    search.repetition_penalty = number();
+  } else if (name == "no_repeat_ngram_size") {
+    search.no_repeat_ngram_size = integer();
+  } else if (name == "random_seed") {
+    const int64_t seed = integer();
+    if (seed < 0) {
+      search.random_seed.reset();
+    } else {
+      search.random_seed = static_cast<uint64_t>(seed);
+    }
+  } else if (name == "chunk_size") {
+    search.chunk_size = integer();
+  } else {
+    throw ApiError(name + " is not a search option oga knows.");
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+/* ----------------------------------------------------------------------------------------------
+ * Results
+ * -------------------------------------------------------------------------------------------- */
+const char* OGA_API_CALL OgaResultGetError(const OgaResult* result) {
+  return result == nullptr ? nullptr : result->message.c_str();
+}
+
+void OGA_API_CALL OgaDestroyResult(OgaResult* result) { delete result; }
+
+/* ----------------------------------------------------------------------------------------------
+ * Models and generator parameters
+ * -------------------------------------------------------------------------------------------- */
+OgaResult* OGA_API_CALL OgaCreateModel(const char* config_path, OgaModel** out) {
+  return Guard([&] {
+    if (out != nullptr) *out = nullptr;
+    RequireNotNull(config_path, "config_path must not be null.");
+    RequireNotNull(out, "out must not be null.");
+    throw ApiError(std::string("Loading the model directory '") + config_path +
+                   "' needs the ONNX Runtime executor, which is not supported yet by oga. Use "
+                   "oga.testing.create_test_model (OgaExtCreateTestModel) or OgaExtCreateModelWithExecutor.");
+  });
+}
+
+void OGA_API_CALL OgaDestroyModel(OgaModel* model) { delete model; }
+
+OgaResult* OGA_API_CALL OgaExtCreateModelWithExecutor(const char* config_json, const OgaExtModelExecutor* executor,
+                                                      OgaModel** out) {
+  // model_data belongs to the model from here on, also when creation fails.
+  auto release = [executor]() {
+    if (executor != nullptr && executor->release_model != nullptr) executor->release_model(executor->model_data);
+  };
+  OgaResult* result = Guard([&] {
+    if (out != nullptr) *out = nullptr;
+    RequireNotNull(config_json, "config_json must not be null.");
+    RequireNotNull(executor, "executor must not be null.");
+    RequireNotNull(out, "out must not be null.");
+    if (executor->open_engine == nullptr || executor->execute == nullptr || executor->close_engine == nullptr) {
+      throw ApiError("executor must provide open_engine, execute and close_engine.");
+    }
+    oga::ModelConfig config = oga::ParseModelConfig(config_json);
+    auto handle = std::make_unique<OgaModel>();
+    handle->model = std::make_shared<oga::Model>(std::move(config), *executor, nullptr);
+    *out = handle.release();
+  });
+  if (result != nullptr) release();
+  return result;
+}
+
+OgaResult* OGA_API_CALL OgaExtCreateTestModel(const char* config_json, OgaModel** out) {
+  return Guard([&] {
+    if (out != nullptr) *out = nullptr;
+    RequireNotNull(config_json, "config_json must not be null.");
+    RequireNotNull(out, "out must not be null.");
+    auto handle = std::make_unique<OgaModel>();
+    handle->model = oga::CreateTestModel(config_json);
+    *out = handle.release();
+  });
+}
+
+OgaResult* OGA_API_CALL OgaExtTestModelInjectFault(OgaModel* model, OgaExtFaultPhase phase, OgaExtExecutionStatus kind,
+                                                   uint64_t skip, uint64_t count) {
+  return Guard([&] {
+    RequireNotNull(model, "model must not be null.");
+    if (model->model->faults() == nullptr) throw ApiError("Fault injection requires a test model.");
+    if (phase >= oga::FaultInjector::kPhaseCount) throw ApiError("Unknown fault phase " + std::to_string(phase) + ".");
+    if (kind > OgaExtExecutionStatus_Fatal) throw ApiError("Unknown fault kind " + std::to_string(kind) + ".");
+    model->model->faults()->Arm(phase, kind, skip, count);
+  });
+}
+
+OgaResult* OGA_API_CALL OgaCreateGeneratorParams(const OgaModel* model, OgaGeneratorParams** out) {
+  return Guard([&] {
+    if (out != nullptr) *out = nullptr;
+    RequireNotNull(model, "model must not be null.");
+    RequireNotNull(out, "out must not be null.");
+    auto params = std::make_unique<OgaGeneratorParams>();
+    params->model = model->model;
+    params->search = model->model->config().search;
+    *out = params.release();
+  });
+}
+
+void OGA_API_CALL OgaDestroyGeneratorParams(OgaGeneratorParams* params) { delete params; }
+
+OgaResult* OGA_API_CALL OgaGeneratorParamsSetSearchNumber(OgaGeneratorParams* params, const char* name, double value) {
+  return Guard([&] {
+    RequireNotNull(params, "params must not be null.");
+    RequireNotNull(name, "name must not be null.");
+    SetSearchValue(params->search, name, value, false);
+  });
+}
+
+OgaResult* OGA_API_CALL OgaGeneratorParamsSetSearchBool(OgaGeneratorParams* params, const char* name, bool value) {
+  return Guard([&] {
+    RequireNotNull(params, "params must not be null.");
+    RequireNotNull(name, "name must not be null.");
+    SetSearchValue(params->search, name, value ? 1.0 : 0.0, true);
+  });
+}
+
+/* ----------------------------------------------------------------------------------------------
+ * Capabilities and speculative statistics
+ * -------------------------------------------------------------------------------------------- */
+OgaResult* OGA_API_CALL OgaEngineGetCapabilities(const OgaEngine* engine, OgaEngineCapabilities** out) {
+  return Guard([&] {
+    if (out != nullptr) *out = nullptr;
+    RequireNotNull(engine, "engine must not be null.");
+    RequireNotNull(out, "out must not be null.");
+    const oga::Engine& core = *engine->engine;
+    core.CheckOwnerThread();
+    auto capabilities = std::make_unique<OgaEngineCapabilities>();
+    capabilities->configured_max_batch_size = core.max_batch_size();
+    capabilities->max_scheduled_tokens = core.max_scheduled_tokens();
+    capabilities->max_request_length = core.max_request_length();
+    *out = capabilities.release();
+  });
+}
+
+size_t OGA_API_CALL OgaEngineCapabilitiesGetConfiguredMaxBatchSize(const OgaEngineCapabilities* capabilities) {
+  return capabilities == nullptr ? 0 : capabilities->configured_max_batch_size;
+}
+
+size_t OGA_API_CALL OgaEngineCapabilitiesGetMaxScheduledTokens(const OgaEngineCapabilities* capabilities) {
+  return capabilities == nullptr ? 0 : capabilities->max_scheduled_tokens;
+}
+
+uint64_t OGA_API_CALL OgaEngineCapabilitiesGetMaxRequestLength(const OgaEngineCapabilities* capabilities) {
+  return capabilities == nullptr ? 0 : capabilities->max_request_length;
+}
+
+void OGA_API_CALL OgaDestroyEngineCapabilities(OgaEngineCapabilities* capabilities) { delete capabilities; }
+
+OgaResult* OGA_API_CALL OgaEngineGetSpeculativeStats(const OgaEngine* engine, OgaSpeculativeStats** out) {
+  return Guard([&] {
+    if (out != nullptr) *out = nullptr;
+    RequireNotNull(engine, "engine must not be null.");
+    RequireNotNull(out, "out must not be null.");
+    engine->engine->CheckOwnerThread();
+    *out = new OgaSpeculativeStats();
+  });
+}
+
+void OGA_API_CALL OgaDestroySpeculativeStats(OgaSpeculativeStats* stats) { delete stats; }
+
+OgaResult* OGA_API_CALL OgaSpeculativeStatsGetCount(const OgaSpeculativeStats* stats, const char* name,
+                                                    uint64_t* value) {
+  return Guard([&] {
+    if (stats == nullptr || name == nullptr || value == nullptr) throw ApiError("stats, name, and value must not be null.");
+    if (!Contains(kSpeculativeCountNames, name)) {
+      throw ApiError(std::string(name) + " is an invalid name for OgaSpeculativeStatsGetCount.");
+    }
+    *value = 0;
+  });
+}
+
+OgaResult* OGA_API_CALL OgaSpeculativeStatsGetNumber(const OgaSpeculativeStats* stats, const char* name,
+                                                     double* value) {
+  return Guard([&] {
+    if (stats == nullptr || name == nullptr || value == nullptr) throw ApiError("stats, name, and value must not be null.");
+    if (!Contains(kSpeculativeNumberNames, name)) {
+      throw ApiError(std::string(name) + " is an invalid name for OgaSpeculativeStatsGetNumber.");
+    }
+    *value = 0.0;
+  });
+}
+
+OgaResult* OGA_API_CALL OgaSpeculativeStatsGetBool(const OgaSpeculativeStats* stats, const char* name, bool* value) {
+  return Guard([&] {
+    if (stats == nullptr || name == nullptr || value == nullptr) throw ApiError("stats, name, and value must not be null.");
+    if (!Contains(kSpeculativeBoolNames, name)) {
+      throw ApiError(std::string(name) + " is an invalid name for OgaSpeculativeStatsGetBool.");
+    }
+    *value = false;
+  });
+}
+
+OgaResult* OGA_API_CALL OgaSpeculativeStatsGetAcceptanceLengthHistogramSize(const OgaSpeculativeStats* stats,
+                                                                            size_t* out) {
+  return Guard([&] {
+    if (stats == nullptr || out == nullptr) throw ApiError("stats and value must not be null.");
+    *out = stats->acceptance_length_histogram.size();
+  });
+}
+
+OgaResult* OGA_API_CALL OgaSpeculativeStatsGetAcceptanceLengthCount(const OgaSpeculativeStats* stats, size_t length,
+                                                                    uint64_t* out) {
+  return Guard([&] {
+    if (stats == nullptr || out == nullptr) throw ApiError("stats and value must not be null.");
+    if (length >= stats->acceptance_length_histogram.size()) {
+      throw ApiError("length " + std::to_string(length) + " is outside the acceptance length histogram.");
+    }
+    *out = stats->acceptance_length_histogram[length];
+  });
+}
+
+/* ----------------------------------------------------------------------------------------------
+ * String arrays and sequences
+ * -------------------------------------------------------------------------------------------- */
+OgaResult* OGA_API_CALL OgaCreateStringArray(OgaStringArray** out) {
+  return Guard([&] {
+    RequireNotNull(out, "out must not be null.");
+    *out = new OgaStringArray();
+  });
+}
+
+OgaResult* OGA_API_CALL OgaCreateStringArrayFromStrings(const char* const* strs, size_t count, OgaStringArray** out) {
+  return Guard([&] {
+    if (out != nullptr) *out = nullptr;
+    RequireNotNull(out, "out must not be null.");
+    if (strs == nullptr && count != 0) throw ApiError("strs must not be null when count is nonzero.");
+    auto array = std::make_unique<OgaStringArray>();
+    array->strings.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      if (strs[i] == nullptr) throw ApiError("strs[" + std::to_string(i) + "] must not be null.");
+      array->strings.emplace_back(strs[i]);
+    }
+    *out = array.release();
+  });
+}
+
+OgaResult* OGA_API_CALL OgaStringArrayAddString(OgaStringArray* string_array, const char* str) {
+  return Guard([&] {
+    RequireNotNull(string_array, "string_array must not be null.");
+    RequireNotNull(str, "str must not be null.");
+    string_array->strings.emplace_back(str);
+  });
+}
+
+OgaResult* OGA_API_CALL OgaStringArrayGetCount(const OgaStringArray* string_array, size_t* out) {
+  return Guard([&] {
+    RequireNotNull(string_array, "string_array must not be null.");
+    RequireNotNull(out, "out must not be null.");
+    *out = string_array->strings.size();
+  });
+}
+
+OgaResult* OGA_API_CALL OgaStringArrayGetString(const OgaStringArray* string_array, size_t index, const char** out) {
+  return Guard([&] {
+    RequireNotNull(string_array, "string_array must not be null.");
+    RequireNotNull(out, "out must not be null.");
+    if (index >= string_array->strings.size()) {
+      throw ApiError("index " + std::to_string(index) + " is out of range for a string array of " +
+                     std::to_string(string_array->strings.size()) + " strings.");
+    }
+    *out = string_array->strings[index].c_str();
+  });
+}
+
+void OGA_API_CALL OgaDestroyStringArray(OgaStringArray* string_array) { delete string_array; }
+
+OgaResult* OGA_API_CALL OgaCreateSequences(OgaSequences** out) {
+  return Guard([&] {
+    RequireNotNull(out, "out must not be null.");
+    *out = new OgaSequences();
+  });
+}
+
+OgaResult* OGA_API_CALL OgaAppendTokenSequence(const int32_t* token_ptr, size_t token_cnt, OgaSequences* sequences) {
+  return Guard([&] {
+    RequireNotNull(sequences, "sequences must not be null.");
+    if (token_ptr == nullptr && token_cnt != 0) throw ApiError("token_ptr must not be null when token_cnt is nonzero.");
+    sequences->sequences.emplace_back(token_ptr, token_ptr + token_cnt);
+  });
+}
+
+size_t OGA_API_CALL OgaSequencesCount(const OgaSequences* sequences) {
+  return sequences == nullptr ? 0 : sequences->sequences.size();
+}
+
+size_t OGA_API_CALL OgaSequencesGetSequenceCount(const OgaSequences* sequences, size_t sequence_index) {
+  if (sequences == nullptr || sequence_index >= sequences->sequences.size()) return 0;
+  return sequences->sequences[sequence_index].size();
+}
+
+const int32_t* OGA_API_CALL OgaSequencesGetSequenceData(const OgaSequences* sequences, size_t sequence_index) {
+  if (sequences == nullptr || sequence_index >= sequences->sequences.size()) return nullptr;
+  return sequences->sequences[sequence_index].data();
+}
+
+void OGA_API_CALL OgaDestroySequences(OgaSequences* sequences) { delete sequences; }
+
+/* ----------------------------------------------------------------------------------------------
+ * Library path
+ * -------------------------------------------------------------------------------------------- */
+const char* OGA_API_CALL OgaExtLibraryPath(void) {
+  static const std::string path = [] {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&OgaExtLibraryPath), &info) == 0 || info.dli_fname == nullptr) {
+      return std::string();
+    }
+    return std::string(info.dli_fname);
+  }();
+  return path.c_str();
+}
+
+}  // extern "C"

@@ -1,0 +1,600 @@
+#include "engine.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <climits>
+#include <cstdio>
+#include <new>
+#include <utility>
+
+#include "sampler.h"
+
+namespace oga {
+namespace {
+
+std::atomic<uint64_t> g_next_engine_id{1};
+
+uint64_t NowNs() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+bool IsExecutable(const Request& request) {
+  return request.status == RequestStatus::Assigned || request.status == RequestStatus::Active;
+}
+
+OgaTurnUsage UsageOf(const Request& request) {
+  OgaTurnUsage usage;
+  usage.prompt_tokens = request.turn_prompt_tokens;
+  usage.generated_tokens = request.turn_generated_tokens;
+  usage.cached_prompt_tokens = 0;
+  return usage;
+}
+
+std::string NotSupportedYet(const char* what) {
+  return std::string(what) +
+         " is not supported yet by oga: this engine decodes greedily until per-turn generation policy lands. "
+         "Remove it from the turn options.";
+}
+
+}  // namespace
+
+std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
+  const ModelConfig& config = model->config();
+  if (!config.dynamic_batching) {
+    throw ApiError(
+        "Static batching is not supported yet by oga: the model config has no engine.dynamic_batching section with a "
+        "recognised key. Configure engine.dynamic_batching (block_size, num_blocks, max_batch_size, ...).");
+  }
+  const DynamicBatchingConfig& batching = *config.dynamic_batching;
+  if (!batching.num_blocks) {
+    if (batching.gpu_utilization_factor) {
+      throw ApiError(
+          "Automatic KV-cache sizing from engine.dynamic_batching.gpu_utilization_factor is not supported yet by oga; "
+          "set engine.dynamic_batching.num_blocks.");
+    }
+    throw ApiError("The key-value cache budget is too small to hold the reserved decoder state.");
+  }
+  if (config.vocab_size < 1) throw ApiError("vocab_size must be 1 or greater, is " + std::to_string(config.vocab_size));
+  if (config.context_length < 1) throw ApiError("context_length must be > 0");
+  const uint64_t block_size = static_cast<uint64_t>(batching.block_size);
+  const uint64_t num_blocks = static_cast<uint64_t>(*batching.num_blocks);
+  if (num_blocks > static_cast<uint64_t>(INT32_MAX) || block_size > static_cast<uint64_t>(INT32_MAX)) {
+    throw ApiError("engine.dynamic_batching.num_blocks and block_size must fit in int32.");
+  }
+  // The final sampled token never needs a KV slot, hence + 1.
+  const uint64_t max_request_length = std::min<uint64_t>(static_cast<uint64_t>(config.context_length),
+                                                         num_blocks * block_size + 1);
+  SchedulerLimits limits;
+  limits.max_batch_size = static_cast<size_t>(batching.max_batch_size);
+  limits.max_scheduled_tokens = static_cast<size_t>(batching.max_scheduled_tokens);
+  const size_t table_columns = static_cast<size_t>((max_request_length + block_size - 1) / block_size);
+  const size_t executor_columns = model->executor().max_block_table_columns;
+  limits.max_block_table_columns = executor_columns > 0 ? std::min(table_columns, executor_columns) : table_columns;
+
+  std::shared_ptr<Engine> engine(new Engine(std::move(model), limits, static_cast<size_t>(block_size),
+                                            static_cast<size_t>(num_blocks), max_request_length));
+  OgaExtEngineGeometry geometry{};
+  geometry.block_size = static_cast<size_t>(block_size);
+  geometry.num_blocks = static_cast<size_t>(num_blocks);
+  geometry.max_batch_size = limits.max_batch_size;
+  geometry.max_scheduled_tokens = limits.max_scheduled_tokens;
+  geometry.max_block_table_columns = table_columns;
+  geometry.vocab_size = engine->vocab_size_;
+  engine->executor_.Open(engine->model_->executor(), geometry);
+  return engine;
+}
+
+Engine::Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size_t block_size, size_t num_blocks,
+               uint64_t max_request_length)
+    : model_(std::move(model)),
+      id_(g_next_engine_id.fetch_add(1)),
+      owner_(std::this_thread::get_id()),
+      limits_(limits),
+      max_request_length_(max_request_length),
+      eos_ids_(model_->config().eos_token_ids),
+      vocab_size_(static_cast<size_t>(model_->config().vocab_size)),
+      cache_(block_size, num_blocks, limits.max_batch_size,
+             static_cast<size_t>((max_request_length + block_size - 1) / block_size)),
+      scheduler_(limits, cache_),
+      io_(limits.max_batch_size, limits.max_scheduled_tokens, cache_.max_columns()),
+      pending_(limits.max_batch_size * 8 + 1) {
+  plan_.rows.reserve(limits.max_batch_size);
+  plan_.unserviceable.reserve(limits.max_batch_size);
+  staged_.resize(limits.max_batch_size);
+}
+
+Engine::~Engine() { Teardown(); }
+
+void Engine::Teardown() noexcept {
+  if (torn_down_) return;
+  torn_down_ = true;
+  cache_.Discard();
+  for (const std::shared_ptr<Request>& request : bound_) {
+    cache_.Release(*request);
+    request->waiting = false;
+    request->status = RequestStatus::Closed;
+    request->Detach();
+    std::vector<int32_t>().swap(request->tokens);
+  }
+  pending_.Clear();
+  bound_.clear();
+  executor_.Close();
+}
+
+void Engine::ThrowIfUnhealthy() const {
+  if (unhealthy_) throw ApiError(fatal_message_);
+}
+
+std::shared_ptr<Request> Engine::CreateRequest(const OgaRequestOptions* options, const SearchConfig& search) {
+  CheckOwnerThread();
+  ThrowIfUnhealthy();
+  ReclaimAbandoned();
+  if (search.num_beams != 1) {
+    throw ApiError("The model configures search.num_beams = " + std::to_string(search.num_beams) +
+                   ", and beam search is not supported by the Engine; every Engine Request decodes one sequence with "
+                   "one beam. Clear it on the Config before creating the model -- OgaConfigOverlay(config, "
+                   "\"{\\\"search\\\":{\\\"num_beams\\\":1}}\"), or in Python config.overlay('{\"search\": "
+                   "{\"num_beams\": 1}}') -- and batch across Requests instead.");
+  }
+  if (search.min_length != 0) {
+    throw ApiError("The model configures a nonzero search.min_length (" + std::to_string(search.min_length) +
+                   "), which is a session-absolute floor the Engine does not support; its minimum is per turn. Clear "
+                   "it on the Config before creating the model -- OgaConfigOverlay(config, "
+                   "\"{\\\"search\\\":{\\\"min_length\\\":0}}\"), or in Python config.overlay('{\"search\": "
+                   "{\"min_length\": 0}}') -- and use OgaTurnOptionsSetMinGeneratedTokens for a per-turn minimum "
+                   "instead.");
+  }
+  const int64_t max_length = search.max_length != 0 ? search.max_length : model_->config().context_length;
+  if (max_length <= 0) {
+    throw ApiError("The model's search.max_length must be greater than zero; actual value is " +
+                   std::to_string(max_length));
+  }
+  uint64_t max_session_tokens = std::min<uint64_t>(static_cast<uint64_t>(max_length), max_request_length_);
+  if (options != nullptr && options->max_session_tokens != 0) {
+    if (options->max_session_tokens > max_request_length_) {
+      throw ApiError("max_session_tokens (" + std::to_string(options->max_session_tokens) +
+                     ") must be greater than zero and no greater than the Engine's max_request_length (" +
+                     std::to_string(max_request_length_) + ").");
+    }
+    max_session_tokens = options->max_session_tokens;
+  }
+  bound_.reserve(bound_.size() + 1);
+  auto request = std::make_shared<Request>(this, next_request_serial_++, max_session_tokens, search);
+  bound_.push_back(request);
+  return request;
+}
+
+TurnPolicy Engine::ResolveTurnPolicy(const Request& request, const OgaTurnOptions* options,
+                                     uint64_t sequence_after) const {
+  TurnPolicy policy;
+  const SearchConfig& search = request.search;
+  if (search.do_sample) {
+    throw ApiError(
+        "Sampling (search.do_sample = true) is not supported yet by oga: this engine decodes greedily until per-turn "
+        "generation policy lands. Set search.do_sample to false in the model config.");
+  }
+  if (search.repetition_penalty != 1.0) {
+    throw ApiError("search.repetition_penalty other than 1.0 is not supported yet by oga.");
+  }
+  if (search.no_repeat_ngram_size != 0) {
+    throw ApiError("search.no_repeat_ngram_size other than 0 is not supported yet by oga.");
+  }
+  if (options == nullptr) return policy;
+  const TurnOptionValues& values = options->values;
+  if (values.do_sample) throw ApiError(NotSupportedYet("OgaTurnOptionsSetDoSample (do_sample)"));
+  if (values.temperature) throw ApiError(NotSupportedYet("OgaTurnOptionsSetTemperature (temperature)"));
+  if (values.top_p) throw ApiError(NotSupportedYet("OgaTurnOptionsSetTopP (top_p)"));
+  if (values.top_k) throw ApiError(NotSupportedYet("OgaTurnOptionsSetTopK (top_k)"));
+  if (values.repetition_penalty) {
+    throw ApiError(NotSupportedYet("OgaTurnOptionsSetRepetitionPenalty (repetition_penalty)"));
+  }
+  if (values.no_repeat_ngram_size) {
+    throw ApiError(NotSupportedYet("OgaTurnOptionsSetNoRepeatNgramSize (no_repeat_ngram_size)"));
+  }
+  if (values.seed) throw ApiError(NotSupportedYet("OgaTurnOptionsSetSeed (a per-turn seed)"));
+  if (!values.stop_strings.empty()) throw ApiError(NotSupportedYet("OgaTurnOptionsSetStopStrings (stop strings)"));
+  if (!values.guidance_type.empty() || values.delimited_opening_token) {
+    throw ApiError(NotSupportedYet("Guidance (OgaTurnOptionsSetGuidance / SetDelimitedGuidance)"));
+  }
+  policy.max_generated_tokens = values.max_generated_tokens;
+  policy.min_generated_tokens = values.min_generated_tokens;
+  if (policy.max_generated_tokens != 0 && policy.min_generated_tokens > policy.max_generated_tokens) {
+    throw ApiError("min_generated_tokens (" + std::to_string(policy.min_generated_tokens) +
+                   ") must not exceed max_generated_tokens (" + std::to_string(policy.max_generated_tokens) + ").");
+  }
+  if (policy.min_generated_tokens > request.max_session_tokens - sequence_after) {
+    throw ApiError("min_generated_tokens (" + std::to_string(policy.min_generated_tokens) +
+                   ") does not fit between the turn's prompt length (" + std::to_string(sequence_after) +
+                   ") and max_session_tokens (" + std::to_string(request.max_session_tokens) + ").");
+  }
+  return policy;
+}
+
+uint64_t Engine::BeginTurn(Request& request, const OgaTurnOptions* options, const int32_t* input_ids, uint64_t count) {
+  CheckOwnerThread();
+  ThrowIfUnhealthy();
+  ReclaimAbandoned();
+  if (request.closed()) throw ApiError(kClosedRequestMessage);
+  if (options != nullptr) {
+    std::shared_ptr<Request> bound = options->request.lock();
+    if (bound.get() != &request) throw ApiError("Turn options belong to a different or destroyed Request.");
+  }
+  if (IsExecutable(request)) {
+    throw ApiError("BeginTurn is only valid for a new request or after the current turn is complete.");
+  }
+  const bool continuation = request.status == RequestStatus::TurnComplete;
+  if (continuation) {
+    if (request.retained_events > 0) {
+      throw ApiError(
+          "Cannot continue a request while an Engine event is pending; call Engine::Run() to drain the event before "
+          "continuing.");
+    }
+    if (request.finish_reason == OgaFinishReason_Failed) throw ApiError("Cannot continue a Request whose current turn failed.");
+    if (request.processed > 0 && request.cache_slot < 0) {
+      throw ApiError("Cannot continue a request whose model state is no longer resident.");
+    }
+  }
+  if (count == 0) throw ApiError("Expected at least one input token for generation. Received 0.");
+  for (uint64_t i = 0; i < count; ++i) {
+    if (input_ids[i] < 0 || static_cast<size_t>(input_ids[i]) >= vocab_size_) {
+      throw ApiError("input_ids[" + std::to_string(i) + "] (" + std::to_string(input_ids[i]) +
+                     ") is outside the model's vocabulary [0, " + std::to_string(vocab_size_) + ").");
+    }
+  }
+  const uint64_t current = request.tokens.size();
+  if (count >= request.max_session_tokens || current >= request.max_session_tokens - count) {
+    throw ApiError("Appending input_tokens_count (" + std::to_string(count) + ") to current_sequence_length (" +
+                   std::to_string(current) + ") must leave room for at least one generated token before "
+                   "max_session_tokens (" + std::to_string(request.max_session_tokens) + ").");
+  }
+  const TurnPolicy policy = ResolveTurnPolicy(request, options, current + count);
+  if (request.turn_id == UINT64_MAX) {
+    throw ApiError("The request cannot admit another turn because its uint64 turn id space is exhausted.");
+  }
+  // Everything that can fail happens before the first mutation.
+  request.tokens.reserve(request.max_session_tokens);
+  const bool enqueue = request.cache_slot < 0 && !request.waiting;
+  if (enqueue) scheduler_.ReserveWaitingSlot();
+
+  request.tokens.insert(request.tokens.end(), input_ids, input_ids + count);
+  request.turn_id += 1;
+  request.turn_prompt_tokens = count;
+  request.turn_generated_tokens = 0;
+  request.finish_reason = OgaFinishReason_None;
+  request.policy = policy;
+  request.status = RequestStatus::Assigned;
+  if (enqueue) scheduler_.Enqueue(request);
+  return request.turn_id;
+}
+
+bool Engine::CancelTurn(Request& request, uint64_t turn_id) {
+  CheckOwnerThread();
+  if (request.turn_id == 0) throw ApiError("Cannot cancel a request before a turn has begun.");
+  if (turn_id != request.turn_id || !IsExecutable(request)) return false;
+  if (request.waiting) scheduler_.Remove(request);
+  PublishTerminal(request, OgaFinishReason_Cancelled, OgaErrorCode_None);
+  return true;
+}
+
+void Engine::Close(Request& request) {
+  CheckOwnerThread();
+  CloseRequest(request);
+}
+
+void Engine::CloseRequest(Request& request) noexcept {
+  if (request.closed()) return;
+  scheduler_.Remove(request);
+  cache_.Release(request);
+  pending_.RemoveRequest(&request);
+  request.status = RequestStatus::Closed;
+  request.Detach();
+  std::vector<int32_t>().swap(request.tokens);
+  // Drop the engine's strong reference last: the caller may hold the only other one.
+  auto it = std::find_if(bound_.begin(), bound_.end(),
+                         [&request](const std::shared_ptr<Request>& bound) { return bound.get() == &request; });
+  if (it != bound_.end()) {
+    std::shared_ptr<Request> keep = std::move(*it);
+    bound_.erase(it);
+  }
+}
+
+void Engine::ReclaimAbandoned() {
+  if (!abandonment_pending_.load(std::memory_order_acquire)) return;
+  abandonment_pending_.store(false, std::memory_order_relaxed);
+  for (size_t i = bound_.size(); i > 0; --i) {
+    if (i - 1 >= bound_.size()) continue;
+    Request& request = *bound_[i - 1];
+    if (request.abandoned.load(std::memory_order_acquire)) CloseRequest(request);
+  }
+}
+
+bool Engine::HasPendingRequests() {
+  CheckOwnerThread();
+  ReclaimAbandoned();
+  return !pending_.empty() || (!unhealthy_ && scheduler_.HasExecutableWork());
+}
+
+void Engine::Run(OgaEngineEventBuffer& buffer) {
+  if (unhealthy_ && pending_.empty()) ThrowIfUnhealthy();
+  if (buffer.slots.empty()) return;  // capacity 0: validated no-op
+  ++buffer.generation;
+  buffer.count = 0;
+  ReclaimAbandoned();
+  if (pending_.empty() && !unhealthy_) Step();
+  Deliver(buffer);
+}
+
+void Engine::Deliver(OgaEngineEventBuffer& buffer) {
+  const size_t capacity = buffer.slots.size();
+  while (buffer.count < capacity && !pending_.empty()) pending_.PopFrontInto(buffer.slots[buffer.count++]);
+}
+
+void Engine::Step() {
+  if (faults() != nullptr && faults()->Consult(OgaExtFaultPhase_Plan) != OgaExtExecutionStatus_Ok) {
+    throw std::bad_alloc();  // planning allocation failure: escapes Run, engine stays healthy
+  }
+  try {
+    scheduler_.PlanStep(plan_);
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& error) {
+    Poison(OgaErrorCode_EngineContractFailure,
+           std::string("Dynamic scheduler planning failed and the Engine is no longer healthy. Cause: ") + error.what());
+    return;
+  }
+  switch (plan_.outcome) {
+    case StepOutcome::NoWork:
+      return;
+    case StepOutcome::CapacityDeferred:
+      PushEngineEvent(OgaEngineEventFlag_CapacityBlocked, OgaErrorCode_CapacityDeferred);
+      return;
+    case StepOutcome::UnserviceableRequest:
+      // Publish the failures alone; the fitting work runs on the next call.
+      for (Request* request : plan_.unserviceable) FailUnserviceable(*request);
+      return;
+    case StepOutcome::Executable:
+      break;
+  }
+  const uint64_t start = NowNs();
+  ExecuteTransaction();
+  counters_.step_ns += NowNs() - start;
+}
+
+void Engine::ExecuteTransaction() {
+  // Reserve the complete cache transaction.
+  try {
+    if (faults() != nullptr && faults()->Consult(OgaExtFaultPhase_Reserve) != OgaExtExecutionStatus_Ok) {
+      throw ContractError("injected reservation fault");
+    }
+    cache_.Reserve(plan_);
+  } catch (const std::exception& error) {
+    cache_.Discard();
+    Poison(OgaErrorCode_EngineContractFailure,
+           std::string("Transaction preparation failed and the Engine is no longer healthy. Cause: ") + error.what());
+    return;
+  }
+  // Checkpoint: requests are not mutated before publication (results are staged in staged_), so the
+  // committed request state is itself the checkpoint and rollback only discards.
+  const OgaExtStepInputs* inputs = nullptr;
+  try {
+    inputs = &io_.Pack(plan_, cache_);
+  } catch (const std::exception& error) {
+    Rollback();
+    Poison(OgaErrorCode_EngineContractFailure,
+           std::string("Transaction preparation failed and the Engine is no longer healthy. Cause: ") + error.what());
+    return;
+  }
+  // Run the decoder once.
+  OgaExtStepOutputs outputs{};
+  const uint64_t execute_start = NowNs();
+  ExecutionResult result = executor_.Execute(*inputs, outputs);
+  counters_.executor_ns += NowNs() - execute_start;
+  ++counters_.model_runs;
+  switch (result.status) {
+    case OgaExtExecutionStatus_Ok:
+      break;
+    case OgaExtExecutionStatus_Retryable:
+      Rollback();
+      PushEngineEvent(OgaEngineEventFlag_Retryable, OgaErrorCode_RetryableExecution);
+      return;
+    case OgaExtExecutionStatus_CapacityExceeded:
+      Rollback();
+      PushEngineEvent(OgaEngineEventFlag_CapacityBlocked, OgaErrorCode_ExecutionCapacityExceeded);
+      return;
+    default:
+      Rollback();
+      Poison(OgaErrorCode_EngineExecutionFailure,
+             "Model execution failed and the Engine is no longer healthy. Cause: " + result.message);
+      return;
+  }
+  const size_t expected_rows = executor_.per_token_logits() ? plan_.num_tokens : plan_.rows.size();
+  if (outputs.logits == nullptr || outputs.logits_rows != expected_rows || outputs.logits_row_stride < vocab_size_ ||
+      outputs.logits_type > OgaExtLogitsType_Float16) {
+    Rollback();
+    Poison(OgaErrorCode_EngineExecutionFailure,
+           "Model execution failed and the Engine is no longer healthy. Cause: the executor returned " +
+               std::to_string(outputs.logits_rows) + " logits rows of stride " +
+               std::to_string(outputs.logits_row_stride) + "; expected " + std::to_string(expected_rows) +
+               " rows of at least " + std::to_string(vocab_size_) + " logits");
+    return;
+  }
+  // Select and stage next tokens.
+  try {
+    if (faults() != nullptr && faults()->Consult(OgaExtFaultPhase_Sample) != OgaExtExecutionStatus_Ok) {
+      throw RetryableStepError("injected post-processing fault");
+    }
+    StageResults(outputs);
+  } catch (const RetryableStepError&) {
+    Rollback();
+    PushEngineEvent(OgaEngineEventFlag_Retryable, OgaErrorCode_RetryableExecution);
+    return;
+  }
+  // Prepare the commit: the last point where the transaction can still be undone.
+  try {
+    if (faults() != nullptr && faults()->Consult(OgaExtFaultPhase_CommitPrepare) != OgaExtExecutionStatus_Ok) {
+      throw ContractError("injected commit-preparation fault");
+    }
+    cache_.ValidateCommit(plan_);
+  } catch (const std::exception& error) {
+    Rollback();
+    Poison(OgaErrorCode_EngineContractFailure,
+           std::string("Transaction preparation failed and the Engine is no longer healthy. Cause: ") + error.what());
+    return;
+  }
+  // Publication is fail-stop.
+  try {
+    if (faults() != nullptr && faults()->Consult(OgaExtFaultPhase_Commit) != OgaExtExecutionStatus_Ok) {
+      throw std::runtime_error("injected commit fault");
+    }
+    PublishCommit();
+  } catch (const std::exception& error) {
+    cache_.Discard();
+    Poison(OgaErrorCode_EngineExecutionFailure,
+           std::string("Transaction commit failed and the Engine is no longer healthy. Cause: ") + error.what());
+  }
+}
+
+void Engine::StageResults(const OgaExtStepOutputs& outputs) {
+  const bool per_token = executor_.per_token_logits();
+  const size_t element_size = outputs.logits_type == OgaExtLogitsType_Float16 ? 2 : 4;
+  for (size_t r = 0; r < plan_.rows.size(); ++r) {
+    const RequestStepPlan& row = plan_.rows[r];
+    StagedResult& staged = staged_[r];
+    staged = StagedResult{};
+    if (!row.samples) continue;  // partial prefill: progress without a token
+    const Request& request = *row.request;
+    const size_t logits_row = per_token ? row.logits_index : r;
+    LogitsRow logits;
+    logits.data = static_cast<const char*>(outputs.logits) + logits_row * outputs.logits_row_stride * element_size;
+    logits.type = outputs.logits_type;
+    const bool mask_eos = request.turn_generated_tokens < request.policy.min_generated_tokens;
+    const int32_t token = SelectGreedy(logits, vocab_size_, eos_ids_, mask_eos);
+    if (token < 0) throw RetryableStepError("every logit of a row is NaN or masked");
+    staged.token = token;
+    if (std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) {
+      staged.finish_reason = OgaFinishReason_Eos;  // EOS is neither appended nor emitted
+      continue;
+    }
+    staged.appended = true;
+    const uint64_t generated = request.turn_generated_tokens + 1;
+    const uint64_t length = request.tokens.size() + 1;
+    if (request.policy.max_generated_tokens != 0 && generated >= request.policy.max_generated_tokens) {
+      staged.finish_reason = OgaFinishReason_MaxGeneratedTokens;
+    } else if (length >= request.max_session_tokens) {
+      staged.finish_reason = OgaFinishReason_MaxSessionTokens;
+    }
+  }
+}
+
+void Engine::PublishCommit() {
+  cache_.Commit(plan_);
+  scheduler_.CommitAdmissions(plan_);
+  for (size_t r = 0; r < plan_.rows.size(); ++r) {
+    const RequestStepPlan& row = plan_.rows[r];
+    Request& request = *row.request;
+    const StagedResult& staged = staged_[r];
+    request.processed = row.processed_before + row.token_count;
+    if (!row.samples) continue;
+    if (staged.appended) {
+      request.tokens.push_back(staged.token);  // capacity reserved at BeginTurn
+      ++request.turn_generated_tokens;
+    }
+    const bool finished = staged.finish_reason != OgaFinishReason_None;
+    request.status = finished ? RequestStatus::TurnComplete : RequestStatus::Active;
+    request.finish_reason = staged.finish_reason;
+    if (!staged.appended && !finished) continue;
+    EngineEvent event;
+    event.request = request.shared_from_this();
+    event.flags = (staged.appended ? OgaEngineEventFlag_Token : 0u) | (finished ? OgaEngineEventFlag_TurnFinished : 0u);
+    event.turn_id = request.turn_id;
+    event.token = staged.appended ? staged.token : 0;
+    event.finish_reason = staged.finish_reason;
+    if (finished) event.usage = UsageOf(request);
+    pending_.Push(std::move(event));
+  }
+  ++counters_.committed_steps;
+}
+
+void Engine::Rollback() {
+  cache_.Discard();
+  ++counters_.rolled_back_steps;
+}
+
+void Engine::FailUnserviceable(Request& request) {
+  scheduler_.Remove(request);
+  cache_.Release(request);
+  PublishTerminal(request, OgaFinishReason_Failed, OgaErrorCode_RequestUnserviceable);
+}
+
+void Engine::PushEngineEvent(OgaEngineEventFlags flags, OgaErrorCode code) {
+  EngineEvent event;
+  event.flags = flags;
+  event.error_code = code;
+  pending_.Push(std::move(event));
+}
+
+void Engine::PublishTerminal(Request& request, OgaFinishReason reason, OgaErrorCode code) {
+  request.status = RequestStatus::TurnComplete;
+  request.finish_reason = reason;
+  const OgaEngineEventFlags terminal =
+      OgaEngineEventFlag_TurnFinished | (reason == OgaFinishReason_Failed ? OgaEngineEventFlag_Failed : 0u);
+  for (size_t i = pending_.size(); i > 0; --i) {
+    EngineEvent& retained = pending_.At(i - 1);
+    if (retained.request.get() != &request) continue;
+    if (retained.turn_id == request.turn_id && (retained.flags & OgaEngineEventFlag_TurnFinished) == 0) {
+      retained.flags |= terminal;
+      retained.finish_reason = reason;
+      retained.error_code = code;
+      retained.usage = UsageOf(request);
+      return;
+    }
+    break;
+  }
+  EngineEvent event;
+  event.flags = terminal;
+  event.turn_id = request.turn_id;
+  event.finish_reason = reason;
+  event.error_code = code;
+  event.usage = UsageOf(request);
+  event.request = request.shared_from_this();
+  pending_.Push(std::move(event));
+}
+
+void Engine::Poison(OgaErrorCode code, const std::string& message) noexcept {
+  try {
+    unhealthy_ = true;
+    fatal_message_ = message;
+  } catch (...) {
+    fatal_message_.clear();
+  }
+  if (fatal_message_.empty()) {
+    fatal_message_ = "The Engine encountered a fatal failure, and the underlying exception could not be recorded.";
+  }
+  bool affected = false;
+  try {
+    std::vector<Request*> executable;
+    for (Request* request : scheduler_.residents()) {
+      if (IsExecutable(*request)) executable.push_back(request);
+    }
+    for (Request* request : scheduler_.waiting()) executable.push_back(request);
+    for (Request* request : executable) {
+      if (request->waiting) scheduler_.Remove(*request);
+      PublishTerminal(*request, OgaFinishReason_Failed, code);
+      affected = true;
+    }
+    if (!affected) PushEngineEvent(OgaEngineEventFlag_Failed, code);
+  } catch (...) {
+    // Out of memory while publishing failures: the stored error still makes every later call fail.
+  }
+}
+
+void Engine::SetLastTurnIdForTesting(Request& request, uint64_t turn_id) {
+  CheckOwnerThread();
+  if (IsExecutable(request) || request.closed() || request.retained_events > 0) {
+    throw ApiError("The last turn id can only be set on an idle request without pending events.");
+  }
+  request.turn_id = turn_id;
+}
+
+}  // namespace oga

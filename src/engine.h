@@ -1,0 +1,144 @@
+// The Engine: owns requests, scheduler, paged cache, packed IO and the executor, and runs one
+// transaction per Run call (seed: "One dynamic step in detail").
+//
+// Transaction order: plan -> reserve -> (checkpoint) -> pack -> execute -> select and stage ->
+// prepare commit -> publish (cache, admissions, request bookkeeping) -> events. Everything before
+// publication leaves committed state untouched, so a recoverable failure only discards the
+// reservation and the staged results. Publication is fail-stop: any failure there poisons the engine.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "errors.h"
+#include "events.h"
+#include "model.h"
+#include "model_executor.h"
+#include "paged_cache.h"
+#include "request.h"
+#include "scheduler.h"
+#include "step_plan.h"
+#include "varlen_decoder_io.h"
+
+struct OgaRequestOptions {
+  uint64_t max_session_tokens = 0;  // 0 = unset
+};
+
+namespace oga {
+
+struct EngineCounters {
+  uint64_t model_runs = 0;
+  uint64_t committed_steps = 0;
+  uint64_t rolled_back_steps = 0;
+  uint64_t step_ns = 0;
+  uint64_t executor_ns = 0;
+};
+
+class Engine {
+ public:
+  // Throws ApiError for configurations the engine cannot run.
+  static std::shared_ptr<Engine> Create(std::shared_ptr<Model> model);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Closes every bound request (no-throw detach), discards events, closes the executor. Idempotent.
+  void Teardown() noexcept;
+
+  uint64_t id() const { return id_; }
+  const Model& model() const { return *model_; }
+  void CheckOwnerThread() const {
+    if (std::this_thread::get_id() != owner_) throw ApiError(kOwnerThreadMessage);
+  }
+  // Rethrows the stored fatal error of a poisoned engine.
+  void ThrowIfUnhealthy() const;
+
+  std::shared_ptr<Request> CreateRequest(const OgaRequestOptions* options, const SearchConfig& search);
+  uint64_t BeginTurn(Request& request, const OgaTurnOptions* options, const int32_t* input_ids, uint64_t count);
+  bool CancelTurn(Request& request, uint64_t turn_id);
+  void Close(Request& request);
+  void Run(OgaEngineEventBuffer& buffer);
+  bool HasPendingRequests();
+  // Any thread: a request's last external handle was released.
+  void NotifyAbandoned() noexcept { abandonment_pending_.store(true, std::memory_order_release); }
+
+  size_t max_batch_size() const { return limits_.max_batch_size; }
+  size_t max_scheduled_tokens() const { return limits_.max_scheduled_tokens; }
+  uint64_t max_request_length() const { return max_request_length_; }
+
+  // Introspection (owner thread).
+  std::string CheckInvariants() const;  // empty when every invariant holds
+  const EngineCounters& counters() const { return counters_; }
+  const PagedKeyValueCache& cache() const { return cache_; }
+  const DynamicBatchScheduler& scheduler() const { return scheduler_; }
+  size_t bound_request_count() const { return bound_.size(); }
+  size_t retained_event_count() const { return pending_.size(); }
+  const OgaExtStepInputs& last_step_inputs() const { return io_.inputs(); }
+  void SetLastTurnIdForTesting(Request& request, uint64_t turn_id);
+
+ private:
+  struct StagedResult {
+    int32_t token = -1;
+    bool appended = false;
+    OgaFinishReason finish_reason = OgaFinishReason_None;
+  };
+
+  Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size_t block_size, size_t num_blocks,
+         uint64_t max_request_length);
+
+  TurnPolicy ResolveTurnPolicy(const Request& request, const OgaTurnOptions* options, uint64_t sequence_after) const;
+  void ReclaimAbandoned();
+  void CloseRequest(Request& request) noexcept;
+
+  void Step();
+  void ExecuteTransaction();
+  void StageResults(const OgaExtStepOutputs& outputs);
+  void PublishCommit();
+  void Rollback();
+  void FailUnserviceable(Request& request);
+  void PushEngineEvent(OgaEngineEventFlags flags, OgaErrorCode code);
+  // Ends `request`'s turn with `reason` and publishes its terminal event, merged into the last
+  // retained token event of the same turn when one exists.
+  void PublishTerminal(Request& request, OgaFinishReason reason, OgaErrorCode code);
+  void Poison(OgaErrorCode code, const std::string& message) noexcept;
+  void Deliver(OgaEngineEventBuffer& buffer);
+  FaultInjector* faults() const { return model_->faults(); }
+
+  std::shared_ptr<Model> model_;
+  const uint64_t id_;
+  const std::thread::id owner_;
+  const SchedulerLimits limits_;
+  const uint64_t max_request_length_;
+  const std::vector<int32_t> eos_ids_;
+  const size_t vocab_size_;
+
+  PagedKeyValueCache cache_;
+  DynamicBatchScheduler scheduler_;
+  VarlenDecoderIO io_;
+  ModelExecutor executor_;
+
+  std::vector<std::shared_ptr<Request>> bound_;  // strong references to every bound request
+  uint64_t next_request_serial_ = 1;
+  std::atomic<bool> abandonment_pending_{false};
+
+  StepPlan plan_;
+  std::vector<StagedResult> staged_;
+  EventQueue pending_;
+
+  bool unhealthy_ = false;
+  std::string fatal_message_;
+  bool torn_down_ = false;
+  EngineCounters counters_;
+};
+
+}  // namespace oga
+
+// C handle.
+struct OgaEngine {
+  std::shared_ptr<oga::Engine> engine;
+};

@@ -1,0 +1,145 @@
+// Engine::CheckInvariants: proves that scheduler, paged cache, requests and the event queue agree.
+// Tests call it after every Run. Cost is linear in blocks, residents and bound requests.
+#include <sstream>
+#include <vector>
+
+#include "engine.h"
+
+namespace oga {
+namespace {
+
+const char* StatusName(RequestStatus status) {
+  switch (status) {
+    case RequestStatus::Unassigned: return "Unassigned";
+    case RequestStatus::Assigned: return "Assigned";
+    case RequestStatus::Active: return "Active";
+    case RequestStatus::TurnComplete: return "TurnComplete";
+    case RequestStatus::Closed: return "Closed";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string Engine::CheckInvariants() const {
+  std::ostringstream violations;
+  auto report = [&violations](const std::string& text) { violations << text << "\n"; };
+
+  // Blocks: each id in exactly one place (free list, one table, the live reservation).
+  const size_t total = cache_.total_blocks();
+  std::vector<int> seen(total, 0);
+  auto mark = [&](int32_t block, const char* where) {
+    if (block < 0 || static_cast<size_t>(block) >= total) {
+      report(std::string("block id ") + std::to_string(block) + " out of range in " + where);
+      return;
+    }
+    if (++seen[static_cast<size_t>(block)] > 1) {
+      report("block " + std::to_string(block) + " owned twice (again in " + where + ")");
+    }
+  };
+  for (int32_t block : cache_.pool().free_blocks()) mark(block, "the free list");
+  for (int32_t block : cache_.reserved_blocks()) mark(block, "the step reservation");
+  size_t owned = 0;
+  size_t tables_in_use = 0;
+  for (size_t slot = 0; slot < cache_.tables().size(); ++slot) {
+    const BlockTable& table = cache_.tables()[slot];
+    if (table.owner == nullptr) {
+      if (!table.blocks.empty()) report("unused block table " + std::to_string(slot) + " holds blocks");
+      continue;
+    }
+    ++tables_in_use;
+    owned += table.blocks.size();
+    for (int32_t block : table.blocks) mark(block, "a request block table");
+    const Request& request = *table.owner;
+    if (request.cache_slot != static_cast<int32_t>(slot)) {
+      report("block table " + std::to_string(slot) + " names request " + std::to_string(request.serial) +
+             " which does not point back to it");
+    }
+    if (table.committed_slots != request.processed) {
+      report("request " + std::to_string(request.serial) + ": cache holds " + std::to_string(table.committed_slots) +
+             " committed slots but the request processed " + std::to_string(request.processed));
+    }
+    if (table.blocks.size() * cache_.block_size() < table.committed_slots) {
+      report("request " + std::to_string(request.serial) + ": blocks cannot hold its committed slots");
+    }
+    const size_t upper = std::max(request.processed, request.tokens.size());
+    if (table.blocks.size() > cache_.BlocksFor(upper)) {
+      report("request " + std::to_string(request.serial) + " owns more blocks than its sequence needs");
+    }
+  }
+  for (size_t block = 0; block < total; ++block) {
+    if (seen[block] == 0) report("block " + std::to_string(block) + " is lost (free nowhere, owned by nobody)");
+  }
+  if (cache_.free_blocks() + owned + cache_.reserved_blocks().size() != total) {
+    report("block accounting: free " + std::to_string(cache_.free_blocks()) + " + owned " + std::to_string(owned) +
+           " + reserved " + std::to_string(cache_.reserved_blocks().size()) + " != total " + std::to_string(total));
+  }
+  if (cache_.reservation_live()) report("a step reservation outlived its transaction");
+
+  // Scheduler membership.
+  if (scheduler_.residents().size() != tables_in_use) {
+    report("scheduler residents (" + std::to_string(scheduler_.residents().size()) + ") != block tables in use (" +
+           std::to_string(tables_in_use) + ")");
+  }
+  if (scheduler_.residents().size() > limits_.max_batch_size) report("more residents than max_batch_size");
+  for (const Request* request : scheduler_.residents()) {
+    if (request->cache_slot < 0) report("resident request " + std::to_string(request->serial) + " owns no block table");
+    if (request->waiting) report("resident request " + std::to_string(request->serial) + " is also waiting");
+  }
+  for (const Request* request : scheduler_.waiting()) {
+    if (!request->waiting) report("waiting request " + std::to_string(request->serial) + " is not marked waiting");
+    if (request->status != RequestStatus::Assigned) {
+      report("waiting request " + std::to_string(request->serial) + " is " + StatusName(request->status));
+    }
+    if (request->cache_slot >= 0) report("waiting request " + std::to_string(request->serial) + " is resident");
+  }
+
+  // Requests.
+  std::vector<uint32_t> retained(bound_.size(), 0);
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    const EngineEvent& event = pending_.At(i);
+    if (!event.request) continue;
+    bool found = false;
+    for (size_t b = 0; b < bound_.size(); ++b) {
+      if (bound_[b].get() == event.request.get()) {
+        ++retained[b];
+        found = true;
+      }
+    }
+    if (!found) report("a retained event names a request the engine no longer holds");
+  }
+  for (size_t b = 0; b < bound_.size(); ++b) {
+    const Request& request = *bound_[b];
+    const std::string name = "request " + std::to_string(request.serial);
+    if (request.closed()) report(name + " is closed but still bound");
+    if (request.processed > request.tokens.size()) report(name + " processed more tokens than its sequence holds");
+    if (request.retained_events != retained[b]) {
+      report(name + " counts " + std::to_string(request.retained_events) + " retained events, the queue holds " +
+             std::to_string(retained[b]));
+    }
+    const bool resident = request.cache_slot >= 0;
+    switch (request.status) {
+      case RequestStatus::Unassigned:
+        if (resident || request.waiting || request.turn_id != 0) report(name + " is Unassigned but has turn state");
+        break;
+      case RequestStatus::Assigned:
+        if (resident == request.waiting) report(name + " is Assigned but neither waiting nor resident (or both)");
+        if (request.unprocessed() == 0) report(name + " is Assigned without input");
+        break;
+      case RequestStatus::Active:
+        if (!resident) report(name + " is Active but not resident");
+        if (request.unprocessed() != 1) report(name + " is Active with " + std::to_string(request.unprocessed()) +
+                                               " unprocessed tokens");
+        break;
+      case RequestStatus::TurnComplete:
+        if (request.waiting) report(name + " is TurnComplete but still waiting");
+        break;
+      case RequestStatus::Closed:
+        break;
+    }
+    if (request.tokens.size() >= request.max_session_tokens + 1) report(name + " exceeds max_session_tokens");
+  }
+  return violations.str();
+}
+
+}  // namespace oga

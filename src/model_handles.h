@@ -1,0 +1,40 @@
+// C handles for models, generator parameters, string arrays, sequences and snapshots.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model.h"
+#include "model_config.h"
+
+struct OgaModel {
+  std::shared_ptr<oga::Model> model;
+};
+
+// Seed-era request defaults: a copy of the model's search section that the caller may override.
+struct OgaGeneratorParams {
+  std::shared_ptr<oga::Model> model;
+  oga::SearchConfig search;
+};
+
+struct OgaStringArray {
+  std::vector<std::string> strings;
+};
+
+struct OgaSequences {
+  std::vector<std::vector<int32_t>> sequences;
+};
+
+struct OgaEngineCapabilities {
+  size_t configured_max_batch_size = 0;
+  size_t max_scheduled_tokens = 0;
+  uint64_t max_request_length = 0;
+};
+
+// Cumulative speculative telemetry. Nothing speculative runs yet, so every value is zero; the key
+// set is 0.18's so callers can read any key.
+struct OgaSpeculativeStats {
+  std::vector<uint64_t> acceptance_length_histogram = std::vector<uint64_t>(8, 0);
+};

@@ -1,0 +1,125 @@
+#include "paged_cache.h"
+
+#include <algorithm>
+#include <string>
+
+#include "errors.h"
+#include "request.h"
+
+namespace oga {
+
+PagedKeyValueCache::PagedKeyValueCache(size_t block_size, size_t num_blocks, size_t max_residents, size_t max_columns)
+    : block_size_(block_size), max_columns_(max_columns), pool_(num_blocks), tables_(max_residents) {
+  for (BlockTable& table : tables_) table.blocks.reserve(max_columns);
+  free_tables_.reserve(max_residents);
+  for (size_t i = max_residents; i > 0; --i) free_tables_.push_back(static_cast<int32_t>(i - 1));
+  reserved_.reserve(num_blocks);
+  reserved_begin_.reserve(max_residents + 1);
+}
+
+size_t PagedKeyValueCache::OwnedBlocks(const Request& request) const {
+  return request.cache_slot < 0 ? 0 : tables_[static_cast<size_t>(request.cache_slot)].blocks.size();
+}
+
+const BlockTable* PagedKeyValueCache::TableOf(const Request& request) const {
+  return request.cache_slot < 0 ? nullptr : &tables_[static_cast<size_t>(request.cache_slot)];
+}
+
+void PagedKeyValueCache::Reserve(const StepPlan& plan) {
+  if (reservation_live_) throw ContractError("a paged-cache reservation is already live");
+  if (plan.new_blocks > pool_.free_count()) {
+    throw ContractError("the step plan needs " + std::to_string(plan.new_blocks) + " blocks but only " +
+                        std::to_string(pool_.free_count()) + " are free");
+  }
+  reserved_.clear();
+  reserved_begin_.clear();
+  for (const RequestStepPlan& row : plan.rows) {
+    reserved_begin_.push_back(reserved_.size());
+    for (size_t i = 0; i < row.new_blocks; ++i) reserved_.push_back(pool_.Take());
+  }
+  reserved_begin_.push_back(reserved_.size());
+  reservation_live_ = true;
+}
+
+void PagedKeyValueCache::WriteBlockTable(const StepPlan& plan, int32_t* out, size_t columns) const {
+  for (size_t r = 0; r < plan.rows.size(); ++r) {
+    int32_t* row_out = out + r * columns;
+    size_t column = 0;
+    if (const BlockTable* table = TableOf(*plan.rows[r].request)) {
+      for (int32_t block : table->blocks) row_out[column++] = block;
+    }
+    for (size_t i = reserved_begin_[r]; i < reserved_begin_[r + 1]; ++i) row_out[column++] = reserved_[i];
+    std::fill(row_out + column, row_out + columns, -1);
+  }
+}
+
+void PagedKeyValueCache::ValidateCommit(const StepPlan& plan) const {
+  if (!reservation_live_) throw ContractError("commit without a live paged-cache reservation");
+  if (reserved_begin_.size() != plan.rows.size() + 1) {
+    throw ContractError("the paged-cache reservation does not match the step plan's rows");
+  }
+  size_t new_tables = 0;
+  for (size_t r = 0; r < plan.rows.size(); ++r) {
+    const RequestStepPlan& row = plan.rows[r];
+    const Request& request = *row.request;
+    const size_t reserved = reserved_begin_[r + 1] - reserved_begin_[r];
+    if (reserved != row.new_blocks) throw ContractError("reserved blocks differ from the planned blocks");
+    const BlockTable* table = TableOf(request);
+    if (row.newly_admitted != (table == nullptr)) {
+      throw ContractError("a planned admission does not match cache residency");
+    }
+    if (table == nullptr) {
+      ++new_tables;
+    } else if (table->owner != &request || table->committed_slots != row.processed_before) {
+      throw ContractError("a resident block table changed since planning");
+    }
+    const size_t blocks_after = (table ? table->blocks.size() : 0) + reserved;
+    const size_t committed_after = row.processed_before + row.token_count;
+    if (blocks_after != row.blocks_after || blocks_after > max_columns_ || blocks_after * block_size_ < committed_after) {
+      throw ContractError("a block table cannot hold its committed slots after the step");
+    }
+  }
+  if (new_tables > free_tables_.size()) throw ContractError("more admissions than free block tables");
+}
+
+void PagedKeyValueCache::Commit(const StepPlan& plan) {
+  for (size_t r = 0; r < plan.rows.size(); ++r) {
+    const RequestStepPlan& row = plan.rows[r];
+    Request& request = *row.request;
+    if (request.cache_slot < 0) {
+      request.cache_slot = free_tables_.back();
+      free_tables_.pop_back();
+      BlockTable& table = tables_[static_cast<size_t>(request.cache_slot)];
+      table.owner = &request;
+      table.committed_slots = 0;
+      table.blocks.clear();
+    }
+    BlockTable& table = tables_[static_cast<size_t>(request.cache_slot)];
+    for (size_t i = reserved_begin_[r]; i < reserved_begin_[r + 1]; ++i) table.blocks.push_back(reserved_[i]);
+    table.committed_slots = row.processed_before + row.token_count;
+  }
+  reserved_.clear();
+  reserved_begin_.clear();
+  reservation_live_ = false;
+}
+
+void PagedKeyValueCache::Discard() {
+  if (!reservation_live_) return;
+  for (size_t i = reserved_.size(); i > 0; --i) pool_.Give(reserved_[i - 1]);
+  reserved_.clear();
+  reserved_begin_.clear();
+  reservation_live_ = false;
+}
+
+void PagedKeyValueCache::Release(Request& request) {
+  if (request.cache_slot < 0) return;
+  BlockTable& table = tables_[static_cast<size_t>(request.cache_slot)];
+  for (size_t i = table.blocks.size(); i > 0; --i) pool_.Give(table.blocks[i - 1]);
+  table.blocks.clear();
+  table.committed_slots = 0;
+  table.owner = nullptr;
+  free_tables_.push_back(request.cache_slot);
+  request.cache_slot = -1;
+}
+
+}  // namespace oga

@@ -1,0 +1,76 @@
+// One engine request: a single sequence that lives across turns.
+//
+// Length counters (seed: "The request length counters"):
+//   tokens.size()  -- the logical sequence: prompts, generated tokens, continuation input
+//   processed      -- tokens already in the committed KV cache
+//   unprocessed    -- [processed, tokens.size()): the next model input
+// A sampled token enters `tokens` at commit, before it is in the cache; it is the next decode's input.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model_config.h"
+#include "oga/oga.h"
+#include "turn_options.h"
+
+namespace oga {
+
+class Engine;
+
+enum class RequestStatus : uint8_t {
+  Unassigned,    // created, no turn yet
+  Assigned,      // a turn is queued (waiting for admission or for its prefill to finish)
+  Active,        // generating: one unprocessed token, the last sampled one
+  TurnComplete,  // the turn ended; resident requests keep their cache
+  Closed,        // terminal
+};
+
+class Request : public std::enable_shared_from_this<Request> {
+ public:
+  Request(Engine* engine, uint64_t serial, uint64_t max_session_tokens, const SearchConfig& search)
+      : serial(serial), max_session_tokens(max_session_tokens), search(search), engine_(engine) {}
+
+  size_t unprocessed() const { return tokens.size() - processed; }
+  bool closed() const { return status == RequestStatus::Closed; }
+  Engine* engine() const { return engine_; }
+  // Engine teardown and close detach the request from its engine.
+  void Detach() { engine_ = nullptr; }
+
+  const uint64_t serial;  // engine-unique identity for scheduler and cache bookkeeping
+  const uint64_t max_session_tokens;
+  const SearchConfig search;  // request-level defaults for turn policies
+
+  RequestStatus status = RequestStatus::Unassigned;
+  std::vector<int32_t> tokens;
+  size_t processed = 0;
+
+  uint64_t turn_id = 0;  // current turn; 0 = none yet
+  uint64_t turn_prompt_tokens = 0;
+  uint64_t turn_generated_tokens = 0;
+  OgaFinishReason finish_reason = OgaFinishReason_None;
+  TurnPolicy policy;
+
+  // Scheduler and cache membership.
+  bool waiting = false;          // in the scheduler's admission queue
+  int32_t cache_slot = -1;       // index of the block table it owns; -1 = not resident
+  uint32_t retained_events = 0;  // undelivered events in the engine's queue
+
+  // Public handle bookkeeping: the one external handle (nullptr once the caller released it).
+  std::atomic<OgaRequest*> handle{nullptr};
+  std::atomic<bool> abandoned{false};
+
+ private:
+  Engine* engine_;  // owner-thread access only; nullptr once closed or the engine is gone
+};
+
+}  // namespace oga
+
+// C handle: the caller's one external reference.
+struct OgaRequest {
+  std::shared_ptr<oga::Request> request;
+  std::weak_ptr<oga::Engine> engine;  // for abandonment from any thread
+  std::atomic<void*> user_data{nullptr};
+};

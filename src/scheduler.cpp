@@ -1,0 +1,165 @@
+#include "scheduler.h"
+
+#include <algorithm>
+
+#include "request.h"
+
+namespace oga {
+
+struct DynamicBatchScheduler::Budget {
+  size_t free_blocks = 0;
+  size_t tokens = 0;
+  size_t new_admissions = 0;
+};
+
+DynamicBatchScheduler::DynamicBatchScheduler(const SchedulerLimits& limits, PagedKeyValueCache& cache)
+    : limits_(limits), cache_(cache) {
+  residents_.reserve(limits.max_batch_size);
+}
+
+void DynamicBatchScheduler::Enqueue(Request& request) {
+  waiting_.push_back(&request);
+  request.waiting = true;
+}
+
+void DynamicBatchScheduler::Remove(Request& request) {
+  if (request.waiting) {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), &request));
+    request.waiting = false;
+  }
+  auto resident = std::find(residents_.begin(), residents_.end(), &request);
+  if (resident != residents_.end()) residents_.erase(resident);
+}
+
+bool DynamicBatchScheduler::HasExecutableWork() const {
+  if (!waiting_.empty()) return true;
+  for (const Request* request : residents_) {
+    if (request->status == RequestStatus::Active || request->status == RequestStatus::Assigned) return true;
+  }
+  return false;
+}
+
+void DynamicBatchScheduler::PlanStep(StepPlan& plan) const {
+  plan.Reset();
+  Budget budget;
+  budget.free_blocks = cache_.free_blocks();
+  bool more = true;
+  bool any_candidate = false;
+  for (Request* request : residents_) {
+    if (!more) break;
+    if (request->status != RequestStatus::Active) continue;
+    any_candidate = true;
+    more = Consider(*request, false, false, budget, plan);
+  }
+  for (Request* request : residents_) {
+    if (!more) break;
+    if (request->status != RequestStatus::Assigned) continue;
+    any_candidate = true;
+    more = Consider(*request, false, true, budget, plan);
+  }
+  for (Request* request : waiting_) {
+    if (!more) break;
+    any_candidate = true;
+    more = Consider(*request, true, true, budget, plan);
+  }
+  if (!plan.unserviceable.empty()) {
+    plan.outcome = StepOutcome::UnserviceableRequest;
+    return;
+  }
+  if (plan.rows.empty()) {
+    plan.outcome = any_candidate ? StepOutcome::CapacityDeferred : StepOutcome::NoWork;
+    return;
+  }
+  ExpandPrefills(plan);
+  AssignPackedLayout(plan);
+  plan.outcome = StepOutcome::Executable;
+}
+
+bool DynamicBatchScheduler::Consider(Request& request, bool newly_admitted, bool prefill, Budget& budget,
+                                     StepPlan& plan) const {
+  if (plan.rows.size() == limits_.max_batch_size || budget.tokens == limits_.max_scheduled_tokens) {
+    plan.capacity_deferred = true;
+    return false;
+  }
+  // A prefill's blocks cover its whole unprocessed input; a decode grows by the one slot it writes.
+  const size_t reserve_slots = prefill ? request.tokens.size() : request.processed + 1;
+  const size_t owned = cache_.OwnedBlocks(request);
+  const size_t blocks_after = std::max(owned, cache_.BlocksFor(reserve_slots));
+  if (blocks_after > limits_.max_block_table_columns || blocks_after > cache_.total_blocks()) {
+    plan.unserviceable.push_back(&request);
+    return true;
+  }
+  if (newly_admitted) {
+    // Every committed resident, turn-complete ones included, holds a residency slot.
+    const size_t residents = residents_.size();
+    if (residents + budget.new_admissions >= limits_.max_batch_size) {
+      plan.capacity_deferred = true;
+      return false;  // no later waiting request can be admitted either
+    }
+  }
+  const size_t new_blocks = blocks_after - owned;
+  if (new_blocks > budget.free_blocks) {
+    plan.capacity_deferred = true;
+    return true;  // a smaller later candidate may still fit
+  }
+  RequestStepPlan row;
+  row.request = &request;
+  row.processed_before = request.processed;
+  row.token_count = 1;
+  row.reserve_slots = reserve_slots;
+  row.blocks_after = blocks_after;
+  row.new_blocks = new_blocks;
+  row.prefill = prefill;
+  row.newly_admitted = newly_admitted;
+  plan.rows.push_back(row);
+  plan.new_blocks += new_blocks;
+  budget.free_blocks -= new_blocks;
+  budget.tokens += 1;
+  if (newly_admitted) ++budget.new_admissions;
+  return true;
+}
+
+void DynamicBatchScheduler::ExpandPrefills(StepPlan& plan) const {
+  size_t spare = limits_.max_scheduled_tokens - plan.rows.size();
+  for (RequestStepPlan& row : plan.rows) {
+    if (spare == 0) break;
+    if (!row.prefill) continue;
+    size_t cap = row.request->unprocessed();
+    const int64_t chunk_size = row.request->search.chunk_size;
+    if (chunk_size > 0) cap = std::min(cap, static_cast<size_t>(chunk_size));
+    const size_t extra = std::min(cap - row.token_count, spare);
+    row.token_count += extra;
+    spare -= extra;
+  }
+}
+
+void DynamicBatchScheduler::AssignPackedLayout(StepPlan& plan) const {
+  size_t offset = 0;
+  bool graph_eligible = true;
+  for (RequestStepPlan& row : plan.rows) {
+    row.packed_offset = offset;
+    offset += row.token_count;
+    row.logits_index = offset - 1;
+    row.samples = row.token_count == row.request->unprocessed();
+    plan.block_table_columns = std::max(plan.block_table_columns, row.blocks_after);
+    graph_eligible = graph_eligible && !row.prefill && row.token_count == 1;
+  }
+  plan.num_tokens = offset;
+  plan.graph_eligible = graph_eligible;
+}
+
+void DynamicBatchScheduler::CommitAdmissions(const StepPlan& plan) {
+  bool admitted = false;
+  for (const RequestStepPlan& row : plan.rows) {
+    if (!row.newly_admitted) continue;
+    residents_.push_back(row.request);  // capacity max_batch_size: planning bounded admissions
+    row.request->waiting = false;
+    admitted = true;
+  }
+  if (admitted) {
+    waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), [](const Request* r) { return !r->waiting; }),
+                   waiting_.end());
+  }
+}
+
+}  // namespace oga

@@ -1,0 +1,64 @@
+// DynamicBatchScheduler: builds each step's plan for continuous batching.
+//
+// Scheduling model: decode first. Every step starts from the requests that can make progress now:
+// resident decodes (in resident order), then resident prefills (queued continuations and prompts
+// whose prefill was chunked), then waiting requests (submission order). Each candidate first asks for
+// one provisional token, so cache feasibility is decided before a long prompt spends the token budget;
+// a candidate that does not fit is skipped and later ones are still considered. Selected prefills then
+// grow, in order, up to their remaining prompt, search.chunk_size and max_scheduled_tokens. A new
+// prompt is admitted only when blocks for its whole prompt fit and the committed residents plus the
+// step's admissions stay within max_batch_size. Sustained decode demand can starve prefills.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "paged_cache.h"
+#include "step_plan.h"
+
+namespace oga {
+
+class Request;
+
+struct SchedulerLimits {
+  size_t max_batch_size = 0;        // rows per step and committed residents
+  size_t max_scheduled_tokens = 0;  // packed tokens per step
+  size_t max_block_table_columns = 0;
+};
+
+class DynamicBatchScheduler {
+ public:
+  DynamicBatchScheduler(const SchedulerLimits& limits, PagedKeyValueCache& cache);
+
+  // Makes the next Enqueue allocation-free, so BeginTurn can fail before it mutates anything.
+  void ReserveWaitingSlot() {
+    if (waiting_.size() == waiting_.capacity()) waiting_.reserve(waiting_.empty() ? 16 : waiting_.size() * 2);
+  }
+  // Queues a nonresident request (first turn, or a turn cancelled before admission).
+  void Enqueue(Request& request);
+  // Removes a request from the waiting queue or the residents (it must not be reserved).
+  void Remove(Request& request);
+  // Plans the next step without mutating any request or cache state.
+  void PlanStep(StepPlan& plan) const;
+  // Publishes the admissions of a committed plan (after the cache committed it).
+  void CommitAdmissions(const StepPlan& plan);
+
+  bool HasExecutableWork() const;
+  const std::vector<Request*>& waiting() const { return waiting_; }
+  const std::vector<Request*>& residents() const { return residents_; }
+  const SchedulerLimits& limits() const { return limits_; }
+
+ private:
+  struct Budget;
+  // Returns false when no later candidate can be selected either.
+  bool Consider(Request& request, bool newly_admitted, bool prefill, Budget& budget, StepPlan& plan) const;
+  void ExpandPrefills(StepPlan& plan) const;
+  void AssignPackedLayout(StepPlan& plan) const;
+
+  SchedulerLimits limits_;
+  PagedKeyValueCache& cache_;
+  std::vector<Request*> waiting_;    // submission order
+  std::vector<Request*> residents_;  // admission order
+};
+
+}  // namespace oga

@@ -1,0 +1,56 @@
+// The plan of one dynamic step: which requests run, how many tokens each contributes, and where
+// they sit in the packed input.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace oga {
+
+class Request;
+
+enum class StepOutcome {
+  NoWork,                // nothing executable
+  CapacityDeferred,      // work exists, none of it fits free capacity now
+  UnserviceableRequest,  // some request can never fit; its turn fails
+  Executable,            // rows selected; expected to commit
+};
+
+struct RequestStepPlan {
+  Request* request = nullptr;
+  size_t processed_before = 0;  // committed KV length = first write position
+  size_t token_count = 0;       // unprocessed tokens this step (authoritative)
+  size_t reserve_slots = 0;     // cache slots the request's blocks must cover after this step
+  size_t blocks_after = 0;      // blocks the request owns once this step commits
+  size_t new_blocks = 0;        // blocks this step reserves for it
+  bool prefill = false;
+  bool newly_admitted = false;
+  bool samples = false;         // the step consumes every unprocessed token, so a token is sampled
+  size_t packed_offset = 0;     // first row in the packed input
+  size_t logits_index = 0;      // packed row of its last token
+};
+
+struct StepPlan {
+  StepOutcome outcome = StepOutcome::NoWork;
+  std::vector<RequestStepPlan> rows;    // scheduler order: decodes, then prefills
+  std::vector<Request*> unserviceable;  // turns that can never fit
+  size_t num_tokens = 0;
+  size_t block_table_columns = 0;
+  size_t new_blocks = 0;
+  bool capacity_deferred = false;  // some candidate waited for capacity
+  bool graph_eligible = false;     // pure decode, one token per row
+
+  void Reset() {
+    outcome = StepOutcome::NoWork;
+    rows.clear();
+    unserviceable.clear();
+    num_tokens = 0;
+    block_table_columns = 0;
+    new_blocks = 0;
+    capacity_deferred = false;
+    graph_eligible = false;
+  }
+};
+
+}  // namespace oga

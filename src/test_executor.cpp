@@ -1,0 +1,192 @@
+// The built-in deterministic test executor.
+//
+// It behaves like a real paged decoder where it matters for the engine: it writes one cache slot per
+// packed token through the block table, reads the previous position back through the block table,
+// and produces logits that depend on the whole prefix only through what the cache holds. A state
+// chain stands in for attention:
+//
+//   state(-1) = 0x6F6761
+//   state(p)  = Mix(state(p-1) ^ token_p * G ^ p << 32)
+//   score(s, v) = Mix(s + (v + 1) * G) >> 40          (24 bits)
+//   logits[v] = score(s, v) / 2^24 * 8 - 4            (exact in float32)
+//
+// with G = 0x9E3779B97F4A7C15 and Mix the splitmix64 finalizer. So the greedy stream of a sequence
+// is fixed by its tokens alone, whatever the batch, and a slot that does not hold the position the
+// block table claims (a packing, reservation or commit bug) is reported as a fatal failure.
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "errors.h"
+#include "model.h"
+
+namespace oga {
+namespace {
+
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+constexpr uint64_t kInitialState = 0x6F6761ull;
+
+inline uint64_t Mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return x;
+}
+
+struct TestModelData {
+  ModelConfig config;
+  std::shared_ptr<FaultInjector> faults;
+};
+
+struct CacheSlot {
+  int64_t position;  // -1: never written
+  uint64_t state;
+};
+
+struct TestEngineState {
+  OgaExtEngineGeometry geometry{};
+  std::vector<CacheSlot> slots;  // [num_blocks * block_size]
+  std::vector<float> logits;     // [max_scheduled_tokens, vocab]
+  bool per_token_logits = false;
+  std::shared_ptr<FaultInjector> faults;
+};
+
+void WriteMessage(char* message, size_t capacity, const std::string& text) {
+  if (capacity == 0) return;
+  std::snprintf(message, capacity, "%s", text.c_str());
+}
+
+OgaExtExecutionStatus OpenEngine(void* model_data, const OgaExtEngineGeometry* geometry, void** engine_data,
+                                 char* message, size_t message_capacity) {
+  auto* model = static_cast<TestModelData*>(model_data);
+  try {
+    auto state = std::make_unique<TestEngineState>();
+    state->geometry = *geometry;
+    state->slots.assign(geometry->num_blocks * geometry->block_size, CacheSlot{-1, 0});
+    state->logits.assign(geometry->max_scheduled_tokens * geometry->vocab_size, 0.0f);
+    state->per_token_logits = model->config.test_per_token_logits;
+    state->faults = model->faults;
+    *engine_data = state.release();
+    return OgaExtExecutionStatus_Ok;
+  } catch (const std::bad_alloc&) {
+    WriteMessage(message, message_capacity, "test executor: cannot allocate its paged token store");
+    return OgaExtExecutionStatus_CapacityExceeded;
+  }
+}
+
+void WriteLogits(uint64_t state, size_t vocab, float* row) {
+  for (size_t v = 0; v < vocab; ++v) {
+    uint64_t score = Mix(state + (static_cast<uint64_t>(v) + 1) * kGolden) >> 40;
+    row[v] = static_cast<float>(score) * (8.0f / 16777216.0f) - 4.0f;
+  }
+}
+
+OgaExtExecutionStatus Execute(void* engine_data, const OgaExtStepInputs* in, OgaExtStepOutputs* out, char* message,
+                              size_t message_capacity) {
+  auto* engine = static_cast<TestEngineState*>(engine_data);
+  const size_t block_size = engine->geometry.block_size;
+  const size_t vocab = engine->geometry.vocab_size;
+  const size_t num_blocks = engine->geometry.num_blocks;
+  size_t selected_row = 0;
+  for (size_t r = 0; r < in->num_rows; ++r) {
+    const int32_t* table = in->block_table + r * in->block_table_columns;
+    const size_t begin = static_cast<size_t>(in->cumulative_sequence_lengths[r]);
+    const size_t end = static_cast<size_t>(in->cumulative_sequence_lengths[r + 1]);
+    const int64_t past = in->past_sequence_lengths[r];
+    auto slot_at = [&](int64_t position) -> CacheSlot* {
+      size_t column = static_cast<size_t>(position) / block_size;
+      if (column >= in->block_table_columns) return nullptr;
+      int32_t block = table[column];
+      if (block < 0 || static_cast<size_t>(block) >= num_blocks) return nullptr;
+      return &engine->slots[static_cast<size_t>(block) * block_size + static_cast<size_t>(position) % block_size];
+    };
+    uint64_t state = kInitialState;
+    if (past > 0) {
+      CacheSlot* previous = slot_at(past - 1);
+      if (previous == nullptr || previous->position != past - 1) {
+        WriteMessage(message, message_capacity,
+                     "test executor: row " + std::to_string(r) + " reads position " + std::to_string(past - 1) +
+                         " from a cache slot that " +
+                         (previous == nullptr ? std::string("the block table does not map")
+                                              : "holds position " + std::to_string(previous->position)));
+        return OgaExtExecutionStatus_Fatal;
+      }
+      state = previous->state;
+    }
+    for (size_t i = begin; i < end; ++i) {
+      const int64_t position = past + static_cast<int64_t>(i - begin);
+      if (in->position_ids[i] != position) {
+        WriteMessage(message, message_capacity,
+                     "test executor: position_ids[" + std::to_string(i) + "] is " + std::to_string(in->position_ids[i]) +
+                         ", expected " + std::to_string(position));
+        return OgaExtExecutionStatus_Fatal;
+      }
+      CacheSlot* slot = slot_at(position);
+      if (slot == nullptr) {
+        WriteMessage(message, message_capacity,
+                     "test executor: the block table of row " + std::to_string(r) + " does not map position " +
+                         std::to_string(position));
+        return OgaExtExecutionStatus_Fatal;
+      }
+      const uint64_t token = static_cast<uint64_t>(in->input_ids[i]);
+      state = Mix(state ^ (token * kGolden) ^ (static_cast<uint64_t>(position) << 32));
+      slot->position = position;
+      slot->state = state;
+      if (engine->per_token_logits) {
+        WriteLogits(state, vocab, engine->logits.data() + i * vocab);
+      } else if (i + 1 == end) {
+        if (static_cast<size_t>(in->logits_indices[r]) != i) {
+          WriteMessage(message, message_capacity, "test executor: logits_indices does not name the last token of a row");
+          return OgaExtExecutionStatus_Fatal;
+        }
+        WriteLogits(state, vocab, engine->logits.data() + selected_row * vocab);
+        ++selected_row;
+      }
+    }
+  }
+  // Faults fire after the cache writes, as a real failure would: the engine must discard them.
+  if (engine->faults) {
+    OgaExtExecutionStatus fault = engine->faults->Consult(OgaExtFaultPhase_Execute);
+    if (fault != OgaExtExecutionStatus_Ok) {
+      WriteMessage(message, message_capacity, "injected execution fault");
+      return fault;
+    }
+  }
+  out->logits = engine->logits.data();
+  out->logits_type = OgaExtLogitsType_Float32;
+  out->logits_rows = engine->per_token_logits ? in->num_tokens : in->num_rows;
+  out->logits_row_stride = vocab;
+  return OgaExtExecutionStatus_Ok;
+}
+
+void CloseEngine(void* engine_data) { delete static_cast<TestEngineState*>(engine_data); }
+
+void ReleaseModel(void* model_data) { delete static_cast<TestModelData*>(model_data); }
+
+}  // namespace
+
+std::shared_ptr<Model> CreateTestModel(const std::string& config_json) {
+  ModelConfig config = ParseModelConfig(config_json);
+  auto faults = std::make_shared<FaultInjector>();
+  auto data = std::make_unique<TestModelData>();
+  data->config = config;
+  data->faults = faults;
+  OgaExtModelExecutor executor{};
+  executor.per_token_logits = config.test_per_token_logits ? 1 : 0;
+  executor.max_block_table_columns = static_cast<size_t>(config.test_max_block_table_columns);
+  executor.model_data = data.get();
+  executor.open_engine = OpenEngine;
+  executor.execute = Execute;
+  executor.close_engine = CloseEngine;
+  executor.release_model = ReleaseModel;
+  auto model = std::make_shared<Model>(std::move(config), executor, std::move(faults));
+  data.release();  // owned by the model now
+  return model;
+}
+
+}  // namespace oga

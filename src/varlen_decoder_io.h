@@ -1,0 +1,42 @@
+// VarlenDecoderIO: packs a step plan into the variable-length decoder inputs (no padding between
+// requests) in buffers allocated once at the configured limits.
+//
+//   input_ids                    every row's unprocessed tokens, concatenated in plan order
+//   position_ids                 past_sequence_lengths[r] + j for the row's j-th token
+//   cumulative_sequence_lengths  [0, q0, q0+q1, ...]
+//   past_sequence_lengths        committed KV length of each row (its first write position)
+//   block_table                  committed + reserved blocks per row, -1 padded
+//   attention_metadata           [max query length, max KV length, KV lower bound] (eager: exact)
+//   logits_indices               packed row of each request's last token
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "oga/oga_ext.h"
+#include "paged_cache.h"
+#include "step_plan.h"
+
+namespace oga {
+
+class VarlenDecoderIO {
+ public:
+  VarlenDecoderIO(size_t max_rows, size_t max_tokens, size_t max_columns);
+
+  // Fills the buffers for `plan` and returns the view the executor receives.
+  const OgaExtStepInputs& Pack(const StepPlan& plan, const PagedKeyValueCache& cache);
+  const OgaExtStepInputs& inputs() const { return inputs_; }
+
+ private:
+  std::vector<int64_t> input_ids_;
+  std::vector<int64_t> position_ids_;
+  std::vector<int32_t> cumulative_sequence_lengths_;
+  std::vector<int32_t> past_sequence_lengths_;
+  std::vector<int32_t> block_table_;
+  std::vector<int32_t> logits_indices_;
+  int32_t attention_metadata_[3] = {0, 0, 0};
+  OgaExtStepInputs inputs_{};
+};
+
+}  // namespace oga
