@@ -120,7 +120,8 @@ std::string Engine::CheckInvariants() const {
     const bool resident = request.cache_slot >= 0;
     switch (request.status) {
       case RequestStatus::Unassigned:
-        if (resident || request.waiting || request.turn_id != 0) report(name + " is Unassigned but has turn state");
+        // turn_id may be nonzero here only through OgaExtRequestSetLastTurnIdForTesting.
+        if (resident || request.waiting || request.processed != 0) report(name + " is Unassigned but has turn state");
         break;
       case RequestStatus::Assigned:
         if (resident == request.waiting) report(name + " is Assigned but neither waiting nor resident (or both)");

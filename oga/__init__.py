@@ -1,0 +1,82 @@
+"""oga: a continuous-batching LLM inference engine with a paged KV cache.
+
+The public surface is the experimental Engine API of ONNX Runtime GenAI 0.18: code written for
+``onnxruntime_genai``'s Engine runs with ``import oga as og``. The C API of the same engine is
+exported by the extension module (see ``library_path()``) for ctypes users.
+"""
+import os as _os
+import pkgutil as _pkgutil
+
+# When `python -m pytest` (or any script) runs from a source checkout, this directory shadows the
+# installed package, which holds the compiled extension. extend_path adds the other `oga`
+# directories on sys.path, so `oga._core` is found in the installed copy.
+__path__ = _pkgutil.extend_path(__path__, __name__)
+
+from . import _core  # noqa: E402
+from ._core import (  # noqa: E402
+    EngineErrorCode,
+    EngineEventFlags,
+    FinishReason,
+    OgaEngine,
+    OgaEngineCapabilities,
+    OgaEngineEvent,
+    OgaEngineEventBuffer,
+    OgaGeneratorParams,
+    OgaModel,
+    OgaRequest,
+    OgaRequestOptions,
+    OgaTurnOptions,
+    OgaTurnUsage,
+)
+
+__version__ = "0.1.0"
+
+# onnxruntime-genai 0.18 names.
+Model = OgaModel
+GeneratorParams = OgaGeneratorParams
+Engine = OgaEngine
+Request = OgaRequest
+RequestOptions = OgaRequestOptions
+TurnOptions = OgaTurnOptions
+EngineEventBuffer = OgaEngineEventBuffer
+EngineEvent = OgaEngineEvent
+TurnUsage = OgaTurnUsage
+EngineCapabilities = OgaEngineCapabilities
+
+
+def library_path() -> str:
+    """Path of the shared library that exports the oga C API (the compiled ``oga._core``).
+
+    ``ctypes.CDLL(oga.library_path())`` gives access to every function of include/oga/oga.h and
+    include/oga/oga_ext.h.
+    """
+    return _os.path.abspath(_core.__file__)
+
+
+__all__ = [
+    "Engine",
+    "EngineCapabilities",
+    "EngineErrorCode",
+    "EngineEvent",
+    "EngineEventBuffer",
+    "EngineEventFlags",
+    "FinishReason",
+    "GeneratorParams",
+    "Model",
+    "OgaEngine",
+    "OgaEngineCapabilities",
+    "OgaEngineEvent",
+    "OgaEngineEventBuffer",
+    "OgaGeneratorParams",
+    "OgaModel",
+    "OgaRequest",
+    "OgaRequestOptions",
+    "OgaTurnOptions",
+    "OgaTurnUsage",
+    "Request",
+    "RequestOptions",
+    "TurnOptions",
+    "TurnUsage",
+    "library_path",
+    "__version__",
+]

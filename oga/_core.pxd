@@ -1,0 +1,250 @@
+# cython: language_level=3
+# C declarations of the oga C API (include/oga/oga.h and include/oga/oga_ext.h).
+# Kept 1:1 with the headers; the extension types live in _core.pyx.
+
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libcpp cimport bool as cbool
+
+
+cdef extern from "oga/oga.h" nogil:
+    ctypedef struct c_OgaResult "OgaResult"
+    ctypedef struct c_OgaModel "OgaModel"
+    ctypedef struct c_OgaConfig "OgaConfig"
+    ctypedef struct c_OgaGeneratorParams "OgaGeneratorParams"
+    ctypedef struct c_OgaEngine "OgaEngine"
+    ctypedef struct c_OgaRequest "OgaRequest"
+    ctypedef struct c_OgaRequestOptions "OgaRequestOptions"
+    ctypedef struct c_OgaTurnOptions "OgaTurnOptions"
+    ctypedef struct c_OgaEngineEventBuffer "OgaEngineEventBuffer"
+    ctypedef struct c_OgaEngineEvent "OgaEngineEvent"
+    ctypedef struct c_OgaTurnUsage "OgaTurnUsage"
+    ctypedef struct c_OgaEngineCapabilities "OgaEngineCapabilities"
+    ctypedef struct c_OgaSpeculativeStats "OgaSpeculativeStats"
+    ctypedef struct c_OgaStringArray "OgaStringArray"
+    ctypedef struct c_OgaSequences "OgaSequences"
+
+    ctypedef uint32_t OgaFinishReason
+    ctypedef uint32_t OgaEngineEventFlags
+    ctypedef uint32_t OgaErrorCode
+
+    # Results
+    const char* OgaResultGetError(const c_OgaResult* result)
+    void OgaDestroyResult(c_OgaResult* result)
+
+    # Models
+    c_OgaResult* OgaCreateModel(const char* config_path, c_OgaModel** out)
+    void OgaDestroyModel(c_OgaModel* model)
+    c_OgaResult* OgaCreateGeneratorParams(const c_OgaModel* model, c_OgaGeneratorParams** out)
+    void OgaDestroyGeneratorParams(c_OgaGeneratorParams* params)
+    c_OgaResult* OgaGeneratorParamsSetSearchNumber(c_OgaGeneratorParams* params, const char* name, double value)
+    c_OgaResult* OgaGeneratorParamsSetSearchBool(c_OgaGeneratorParams* params, const char* name, cbool value)
+
+    # Engine lifecycle
+    c_OgaResult* OgaCreateEngine(c_OgaModel* model, c_OgaEngine** out)
+    void OgaDestroyEngine(c_OgaEngine* engine)
+    c_OgaResult* OgaEngineHasPendingRequests(c_OgaEngine* engine, cbool* out)
+    c_OgaResult* OgaEngineMaxDraftTokensPerProposal(const c_OgaEngine* engine, size_t* out)
+    c_OgaResult* OgaEngineGetCapabilities(const c_OgaEngine* engine, c_OgaEngineCapabilities** out)
+    size_t OgaEngineCapabilitiesGetConfiguredMaxBatchSize(const c_OgaEngineCapabilities* capabilities)
+    size_t OgaEngineCapabilitiesGetMaxScheduledTokens(const c_OgaEngineCapabilities* capabilities)
+    uint64_t OgaEngineCapabilitiesGetMaxRequestLength(const c_OgaEngineCapabilities* capabilities)
+    void OgaDestroyEngineCapabilities(c_OgaEngineCapabilities* capabilities)
+
+    c_OgaResult* OgaEngineGetSpeculativeStats(const c_OgaEngine* engine, c_OgaSpeculativeStats** out)
+    void OgaDestroySpeculativeStats(c_OgaSpeculativeStats* stats)
+    c_OgaResult* OgaSpeculativeStatsGetCount(const c_OgaSpeculativeStats* stats, const char* name, uint64_t* value)
+    c_OgaResult* OgaSpeculativeStatsGetNumber(const c_OgaSpeculativeStats* stats, const char* name, double* value)
+    c_OgaResult* OgaSpeculativeStatsGetBool(const c_OgaSpeculativeStats* stats, const char* name, cbool* value)
+    c_OgaResult* OgaSpeculativeStatsGetAcceptanceLengthHistogramSize(const c_OgaSpeculativeStats* stats, size_t* out)
+    c_OgaResult* OgaSpeculativeStatsGetAcceptanceLengthCount(const c_OgaSpeculativeStats* stats, size_t length, uint64_t* out)
+
+    # Request options
+    c_OgaResult* OgaCreateRequestOptions(c_OgaRequestOptions** out)
+    void OgaDestroyRequestOptions(c_OgaRequestOptions* options)
+    c_OgaResult* OgaRequestOptionsSetMaxSessionTokens(c_OgaRequestOptions* options, uint64_t max_session_tokens)
+
+    # Requests
+    c_OgaResult* OgaEngineCreateRequest(c_OgaEngine* engine, const c_OgaRequestOptions* request_options, c_OgaRequest** out)
+    c_OgaResult* OgaRequestBeginTurn(c_OgaRequest* request, const c_OgaTurnOptions* turn_options,
+                                   const int32_t* input_ids, uint64_t input_ids_count, uint64_t* out_turn_id)
+    c_OgaResult* OgaRequestCancelTurn(c_OgaRequest* request, uint64_t turn_id, cbool* out_cancelled)
+    c_OgaResult* OgaRequestRewindToStartOfTurn(c_OgaRequest* request, uint64_t turn_id)
+    c_OgaResult* OgaRequestClose(c_OgaRequest* request)
+    c_OgaResult* OgaRequestSetDraftTokens(c_OgaRequest* request, const c_OgaSequences* tokens)
+    void OgaDestroyRequest(c_OgaRequest* request)
+
+    # Turn options
+    c_OgaResult* OgaRequestCreateTurnOptions(c_OgaRequest* request, c_OgaTurnOptions** out)
+    void OgaDestroyTurnOptions(c_OgaTurnOptions* options)
+    c_OgaResult* OgaTurnOptionsSetMaxGeneratedTokens(c_OgaTurnOptions* options, uint64_t max_generated_tokens)
+    c_OgaResult* OgaTurnOptionsSetMinGeneratedTokens(c_OgaTurnOptions* options, uint64_t min_generated_tokens)
+    c_OgaResult* OgaTurnOptionsSetDoSample(c_OgaTurnOptions* options, cbool do_sample)
+    c_OgaResult* OgaTurnOptionsSetTemperature(c_OgaTurnOptions* options, float temperature)
+    c_OgaResult* OgaTurnOptionsSetTopP(c_OgaTurnOptions* options, float top_p)
+    c_OgaResult* OgaTurnOptionsSetTopK(c_OgaTurnOptions* options, int32_t top_k)
+    c_OgaResult* OgaTurnOptionsSetRepetitionPenalty(c_OgaTurnOptions* options, float repetition_penalty)
+    c_OgaResult* OgaTurnOptionsSetNoRepeatNgramSize(c_OgaTurnOptions* options, int32_t no_repeat_ngram_size)
+    c_OgaResult* OgaTurnOptionsSetSeed(c_OgaTurnOptions* options, uint64_t seed)
+    c_OgaResult* OgaTurnOptionsClearSeed(c_OgaTurnOptions* options)
+    c_OgaResult* OgaTurnOptionsSetStopStrings(c_OgaTurnOptions* options, const c_OgaStringArray* stop_strings)
+    c_OgaResult* OgaTurnOptionsSetGuidance(c_OgaTurnOptions* options, const char* guidance_type, const char* guidance_data)
+    c_OgaResult* OgaTurnOptionsSetDelimitedGuidance(c_OgaTurnOptions* options, int32_t opening_token,
+                                                  int32_t closing_token, const char* grammar)
+    c_OgaResult* OgaTurnOptionsClearGuidance(c_OgaTurnOptions* options)
+    c_OgaResult* OgaTurnOptionsReset(c_OgaTurnOptions* options)
+
+    # Event buffers, Run, events, usage
+    c_OgaResult* OgaCreateEngineEventBuffer(c_OgaEngine* engine, size_t capacity, c_OgaEngineEventBuffer** out)
+    void OgaDestroyEngineEventBuffer(c_OgaEngineEventBuffer* buffer)
+    c_OgaResult* OgaEngineRun(c_OgaEngine* engine, c_OgaEngineEventBuffer* buffer)
+    size_t OgaEngineEventBufferGetCount(const c_OgaEngineEventBuffer* buffer)
+    const c_OgaEngineEvent* OgaEngineEventBufferGet(const c_OgaEngineEventBuffer* buffer, size_t index)
+
+    c_OgaResult* OgaEngineEventGetFlags(const c_OgaEngineEvent* event, OgaEngineEventFlags* out)
+    c_OgaResult* OgaEngineEventGetRequest(const c_OgaEngineEvent* event, const c_OgaRequest** out)
+    c_OgaResult* OgaEngineEventGetTurnId(const c_OgaEngineEvent* event, uint64_t* out)
+    c_OgaResult* OgaEngineEventGetToken(const c_OgaEngineEvent* event, int32_t* out)
+    c_OgaResult* OgaEngineEventGetFinishReason(const c_OgaEngineEvent* event, OgaFinishReason* out)
+    c_OgaResult* OgaEngineEventGetMatchedStopStringIndex(const c_OgaEngineEvent* event, int32_t* out)
+    c_OgaResult* OgaEngineEventGetErrorCode(const c_OgaEngineEvent* event, OgaErrorCode* out)
+    c_OgaResult* OgaEngineEventGetUsage(const c_OgaEngineEvent* event, const c_OgaTurnUsage** out)
+    c_OgaResult* OgaTurnUsageGetPromptTokens(const c_OgaTurnUsage* usage, uint64_t* out)
+    c_OgaResult* OgaTurnUsageGetGeneratedTokens(const c_OgaTurnUsage* usage, uint64_t* out)
+    c_OgaResult* OgaTurnUsageGetCachedPromptTokens(const c_OgaTurnUsage* usage, uint64_t* out)
+
+    # String arrays and sequences
+    c_OgaResult* OgaCreateStringArray(c_OgaStringArray** out)
+    c_OgaResult* OgaCreateStringArrayFromStrings(const char* const* strs, size_t count, c_OgaStringArray** out)
+    c_OgaResult* OgaStringArrayAddString(c_OgaStringArray* string_array, const char* str)
+    c_OgaResult* OgaStringArrayGetCount(const c_OgaStringArray* string_array, size_t* out)
+    c_OgaResult* OgaStringArrayGetString(const c_OgaStringArray* string_array, size_t index, const char** out)
+    void OgaDestroyStringArray(c_OgaStringArray* string_array)
+
+    c_OgaResult* OgaCreateSequences(c_OgaSequences** out)
+    c_OgaResult* OgaAppendTokenSequence(const int32_t* token_ptr, size_t token_cnt, c_OgaSequences* sequences)
+    size_t OgaSequencesCount(const c_OgaSequences* sequences)
+    size_t OgaSequencesGetSequenceCount(const c_OgaSequences* sequences, size_t sequence_index)
+    const int32_t* OgaSequencesGetSequenceData(const c_OgaSequences* sequences, size_t sequence_index)
+    void OgaDestroySequences(c_OgaSequences* sequences)
+
+
+cdef extern from "oga/oga_ext.h" nogil:
+    ctypedef uint32_t OgaExtExecutionStatus
+    ctypedef uint32_t OgaExtLogitsType
+    ctypedef uint32_t OgaExtFaultPhase
+
+    ctypedef struct OgaExtEngineGeometry:
+        size_t block_size
+        size_t num_blocks
+        size_t max_batch_size
+        size_t max_scheduled_tokens
+        size_t max_block_table_columns
+        size_t vocab_size
+
+    ctypedef struct OgaExtStepInputs:
+        size_t num_rows
+        size_t num_tokens
+        const int64_t* input_ids
+        const int64_t* position_ids
+        const int32_t* cumulative_sequence_lengths
+        const int32_t* past_sequence_lengths
+        const int32_t* block_table
+        size_t block_table_columns
+        const int32_t* attention_metadata
+        const int32_t* logits_indices
+        int32_t graph_eligible
+
+    ctypedef struct OgaExtStepOutputs:
+        const void* logits
+        OgaExtLogitsType logits_type
+        size_t logits_rows
+        size_t logits_row_stride
+
+    ctypedef struct OgaExtModelExecutor:
+        int32_t per_token_logits
+        size_t max_block_table_columns
+        void* model_data
+        OgaExtExecutionStatus (*open_engine)(void* model_data, const OgaExtEngineGeometry* geometry,
+                                             void** engine_data, char* message, size_t message_capacity)
+        OgaExtExecutionStatus (*execute)(void* engine_data, const OgaExtStepInputs* inputs,
+                                         OgaExtStepOutputs* outputs, char* message, size_t message_capacity)
+        void (*close_engine)(void* engine_data)
+        void (*release_model)(void* model_data)
+
+    c_OgaResult* OgaExtCreateModelWithExecutor(const char* config_json, const OgaExtModelExecutor* executor,
+                                             c_OgaModel** out)
+    c_OgaResult* OgaExtCreateTestModel(const char* config_json, c_OgaModel** out)
+    c_OgaResult* OgaExtTestModelInjectFault(c_OgaModel* model, OgaExtFaultPhase phase, OgaExtExecutionStatus kind,
+                                          uint64_t skip, uint64_t count)
+
+    c_OgaResult* OgaExtEngineCreateRequestWithParams(c_OgaEngine* engine, const c_OgaGeneratorParams* params,
+                                                   const c_OgaRequestOptions* request_options, c_OgaRequest** out)
+
+    void OgaExtRequestSetUserData(c_OgaRequest* request, void* user_data)
+    void* OgaExtRequestGetUserData(const c_OgaRequest* request)
+    uint64_t OgaExtEngineEventBufferGetGeneration(const c_OgaEngineEventBuffer* buffer)
+    size_t OgaExtEngineEventBufferGetCapacity(const c_OgaEngineEventBuffer* buffer)
+    const char* OgaExtLibraryPath()
+
+    c_OgaResult* OgaExtEngineCheckInvariants(const c_OgaEngine* engine)
+
+    ctypedef struct OgaExtEngineCounters:
+        uint64_t model_runs
+        uint64_t committed_steps
+        uint64_t rolled_back_steps
+        uint64_t step_ns
+        uint64_t executor_ns
+        uint64_t total_blocks
+        uint64_t free_blocks
+        uint64_t resident_requests
+        uint64_t waiting_requests
+        uint64_t bound_requests
+        uint64_t retained_events
+
+    c_OgaResult* OgaExtEngineGetCounters(const c_OgaEngine* engine, OgaExtEngineCounters* out)
+    c_OgaResult* OgaExtEngineGetLastStepInputs(const c_OgaEngine* engine, OgaExtStepInputs* out)
+    c_OgaResult* OgaExtRequestSetLastTurnIdForTesting(c_OgaRequest* request, uint64_t turn_id)
+
+
+# Extension types (attributes visible to other Cython modules, e.g. a future executor module).
+
+cdef class OgaModel:
+    cdef c_OgaModel* _ptr
+
+cdef class OgaGeneratorParams:
+    cdef c_OgaGeneratorParams* _ptr
+
+cdef class OgaEngine:
+    cdef c_OgaEngine* _ptr
+    cdef dict _compat_buffers
+
+cdef class OgaRequest:
+    cdef c_OgaRequest* _ptr
+
+cdef class OgaRequestOptions:
+    cdef c_OgaRequestOptions* _ptr
+
+cdef class OgaTurnOptions:
+    cdef c_OgaTurnOptions* _ptr
+    cdef int _alive(self) except -1
+
+cdef class OgaEngineEventBuffer:
+    cdef c_OgaEngineEventBuffer* _ptr
+
+cdef class OgaEngineEvent:
+    cdef OgaEngineEventBuffer _buffer
+    cdef const c_OgaEngineEventBuffer* _buf
+    cdef const c_OgaEngineEvent* _ev
+    cdef uint64_t _generation
+    cdef size_t _index
+
+cdef class OgaTurnUsage:
+    cdef OgaEngineEventBuffer _buffer
+    cdef const c_OgaEngineEventBuffer* _buf
+    cdef const c_OgaTurnUsage* _usage
+    cdef uint64_t _generation
+
+cdef class OgaEngineCapabilities:
+    cdef readonly size_t configured_max_batch_size
+    cdef readonly size_t max_scheduled_tokens
+    cdef readonly uint64_t max_request_length

@@ -1,0 +1,1010 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
+# cython: embedsignature=True
+"""oga._core: extension types over the oga C API (include/oga/oga.h, include/oga/oga_ext.h).
+
+Every public method converts its arguments, makes one C call and passes the returned OgaResult*
+through check_result. Engine logic lives in the C++ core, never here.
+"""
+
+cimport cython
+from cpython.long cimport PyLong_AsLongLong, PyLong_CheckExact
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.ref cimport PyObject
+from libc.stdint cimport INT32_MAX, INT32_MIN, int32_t, int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+from libcpp cimport bool as cbool
+
+import enum
+import os
+
+import numpy as np
+
+
+# ---------------------------------------------------------------------------------------------
+# Enums. Getters return members from precomputed tuples so no enum member is built per call.
+# ---------------------------------------------------------------------------------------------
+
+class EngineEventFlags(enum.IntFlag):
+    """OgaEngineEventFlags: a bitmask; test bits, never compare for equality."""
+    NONE = 0
+    TOKEN = 1
+    TURN_FINISHED = 2
+    CAPACITY_BLOCKED = 4
+    FAILED = 8
+    RETRYABLE = 16
+
+
+class FinishReason(enum.IntEnum):
+    """OgaFinishReason."""
+    NONE = 0
+    EOS = 1
+    STOP_STRING = 2
+    MAX_GENERATED_TOKENS = 3
+    MAX_SESSION_TOKENS = 4
+    CANCELLED = 5
+    FAILED = 6
+
+
+class EngineErrorCode(enum.IntEnum):
+    """OgaErrorCode."""
+    NONE = 0
+    CAPACITY_DEFERRED = 1
+    EXECUTION_CAPACITY_EXCEEDED = 2
+    RETRYABLE_EXECUTION = 3
+    REQUEST_UNSERVICEABLE = 4
+    ENGINE_CONTRACT_FAILURE = 5
+    ENGINE_EXECUTION_FAILURE = 6
+
+
+cdef tuple _FLAGS = tuple(EngineEventFlags(i) for i in range(32))
+cdef tuple _FINISH_REASONS = tuple(FinishReason(i) for i in range(7))
+cdef tuple _ERROR_CODES = tuple(EngineErrorCode(i) for i in range(7))
+
+cdef enum:
+    _FLAG_TOKEN = 1
+    _FINISH_STOP_STRING = 2
+    _SMALL_TOKENS = 256  # token lists up to this length are converted on the stack
+
+cdef str _STALE_MESSAGE = (
+    "This EngineEvent view is stale: its EngineEventBuffer was run again. "
+    "Copy event values out before the next Engine.run.")
+cdef str _NO_CONSTRUCTOR = "No constructor defined!"
+
+
+# ---------------------------------------------------------------------------------------------
+# Error translation
+# ---------------------------------------------------------------------------------------------
+
+cdef int _raise_result(c_OgaResult* result) except -1:
+    cdef const char* message = OgaResultGetError(result)
+    text = message.decode("utf-8", "replace") if message != NULL else "oga: unknown error."
+    OgaDestroyResult(result)
+    raise RuntimeError(text)
+
+
+cdef inline int check_result(c_OgaResult* result) except -1:
+    """Raises RuntimeError(<C message>) and destroys `result` when it is not NULL."""
+    if result != NULL:
+        return _raise_result(result)
+    return 0
+
+
+cdef int _raise_dead(str what) except -1:
+    raise RuntimeError(
+        f"This {what} has no native handle: it was not created by oga or its initialisation failed.")
+
+
+cdef inline int _check_fresh(const c_OgaEngineEventBuffer* buffer, uint64_t generation) except -1:
+    if OgaExtEngineEventBufferGetGeneration(buffer) != generation:
+        raise RuntimeError(_STALE_MESSAGE)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Token conversion: any 1-D array-like of ints -> contiguous int32, out-of-range values rejected.
+# ---------------------------------------------------------------------------------------------
+
+cdef struct TokenSpan:
+    const int32_t* data
+    size_t count
+    int32_t* heap  # PyMem allocation owned by the span (NULL when unused)
+
+
+cdef int _raise_token_range(object value) except -1:
+    raise ValueError(f"Token ids must be in the int32 range [{INT32_MIN}, {INT32_MAX}]; got {value}.")
+
+
+cdef object _tokens_to_span(object tokens, TokenSpan* span, int32_t* small):
+    """Fills `span`; returns an object that must stay alive while span.data is used."""
+    cdef Py_ssize_t n, i
+    cdef long long v = 0
+    cdef int32_t* out
+    span.data = NULL
+    span.count = 0
+    span.heap = NULL
+    if type(tokens) is list or type(tokens) is tuple:
+        n = len(tokens)
+        out = small if n <= _SMALL_TOKENS else <int32_t*>PyMem_Malloc(n * sizeof(int32_t))
+        if out == NULL:
+            raise MemoryError()
+        if out != small:
+            span.heap = out
+        for i in range(n):
+            item = tokens[i]
+            if not PyLong_CheckExact(item):
+                break
+            try:
+                v = PyLong_AsLongLong(item)
+            except OverflowError:
+                _raise_token_range(item)
+            if v < INT32_MIN or v > INT32_MAX:
+                _raise_token_range(item)
+            out[i] = <int32_t>v
+        else:
+            span.data = out
+            span.count = n
+            return None
+        # A non-int element: take the general (numpy) path.
+        PyMem_Free(span.heap)
+        span.heap = NULL
+    arr = _tokens_to_int32_array(tokens)
+    cdef const int32_t[::1] view = arr
+    span.count = view.shape[0]
+    span.data = &view[0] if span.count > 0 else NULL
+    return view
+
+
+cdef object _tokens_to_int32_array(object tokens):
+    if tokens is None:
+        raise TypeError("tokens must be a one-dimensional array-like of int32 token ids, not None.")
+    arr = np.asarray(tokens)
+    if arr.ndim != 1:
+        raise ValueError("tokens must be a one-dimensional array.")
+    kind = arr.dtype.kind
+    if arr.dtype == np.int32:
+        return np.ascontiguousarray(arr)
+    if kind == "b":
+        return np.ascontiguousarray(arr, dtype=np.int32)
+    if kind == "f":
+        if arr.size and not np.isfinite(arr).all():
+            raise ValueError("Token ids must be finite.")
+    elif kind not in "iu":
+        try:
+            arr = np.asarray(arr, dtype=np.int64)
+        except OverflowError:
+            raise ValueError(f"Token ids must be in the int32 range [{INT32_MIN}, {INT32_MAX}].") from None
+    if arr.size:
+        lo = arr.min()
+        hi = arr.max()
+        if lo < INT32_MIN:
+            _raise_token_range(lo)
+        if hi > INT32_MAX:
+            _raise_token_range(hi)
+    return np.ascontiguousarray(arr, dtype=np.int32)
+
+
+cdef inline void _release_span(TokenSpan* span) noexcept:
+    if span.heap != NULL:
+        PyMem_Free(span.heap)
+        span.heap = NULL
+
+
+# ---------------------------------------------------------------------------------------------
+# Models and generator params
+# ---------------------------------------------------------------------------------------------
+
+cdef class OgaModel:
+    """A model: configuration plus executor (OgaModel*)."""
+
+    def __init__(self, config_path):
+        """Loads an OGA model directory (OgaCreateModel)."""
+        cdef c_OgaModel* model = NULL
+        cdef c_OgaResult* result
+        if self._ptr != NULL:
+            raise RuntimeError("Model is already initialised.")
+        path = os.fsencode(config_path)
+        cdef const char* c_path = path
+        with nogil:
+            result = OgaCreateModel(c_path, &model)
+        check_result(result)
+        self._ptr = model
+
+    def __dealloc__(self):
+        OgaDestroyModel(self._ptr)
+        self._ptr = NULL
+
+
+cdef OgaModel _wrap_model(c_OgaModel* model):
+    cdef OgaModel obj = OgaModel.__new__(OgaModel)
+    obj._ptr = model
+    return obj
+
+
+cdef class OgaGeneratorParams:
+    """Seed-era request defaults (OgaGeneratorParams*), used by Engine.create_request(params)."""
+
+    def __init__(self, OgaModel model not None):
+        """OgaCreateGeneratorParams."""
+        cdef c_OgaGeneratorParams* params = NULL
+        if self._ptr != NULL:
+            raise RuntimeError("GeneratorParams is already initialised.")
+        if model._ptr == NULL:
+            _raise_dead("Model")
+        check_result(OgaCreateGeneratorParams(model._ptr, &params))
+        self._ptr = params
+
+    def __dealloc__(self):
+        OgaDestroyGeneratorParams(self._ptr)
+        self._ptr = NULL
+
+    def set_search_options(self, **options):
+        """Bools -> OgaGeneratorParamsSetSearchBool; numbers -> OgaGeneratorParamsSetSearchNumber."""
+        cdef double number
+        if self._ptr == NULL:
+            _raise_dead("GeneratorParams")
+        for name, value in options.items():
+            c_name = name.encode("utf-8")
+            if isinstance(value, (bool, np.bool_)):
+                check_result(OgaGeneratorParamsSetSearchBool(self._ptr, c_name, bool(value)))
+            elif isinstance(value, (str, bytes)):
+                raise TypeError(f"Search option {name} must be a number or a bool, not {type(value).__name__}.")
+            else:
+                try:
+                    number = value
+                except TypeError:
+                    raise TypeError(
+                        f"Search option {name} must be a number or a bool, not {type(value).__name__}.") from None
+                check_result(OgaGeneratorParamsSetSearchNumber(self._ptr, c_name, number))
+
+
+# ---------------------------------------------------------------------------------------------
+# Engine
+# ---------------------------------------------------------------------------------------------
+
+cdef tuple _SPECULATIVE_COUNT_KEYS = (
+    "rounds", "completed_rounds", "interrupted_rounds", "active_rounds", "draft_tokens_proposed",
+    "draft_tokens_evaluated", "draft_tokens_accepted", "correction_tokens", "bonus_tokens",
+    "tokens_queued", "tokens_emitted", "tokens_discarded", "tokens_buffered", "draft_forward_passes",
+    "target_forward_passes", "effective_k", "adaptive_k_increases", "adaptive_k_decreases",
+    "adaptive_k_observations", "adaptive_k_probes", "cooldown_entries", "cooldown_steps",
+    "cooldown_remaining", "standard_fallback_steps", "mtp_failures", "dflash2_failures",
+    "dflash2_disables", "dflash2_admission_misses", "full_accept_rounds", "partial_accept_rounds",
+    "zero_accept_rounds", "target_verify_forward_passes", "target_reanchor_forward_passes",
+    "target_reconciliation_forward_passes", "ngram_lookup_hits", "ngram_lookup_misses",
+    "ngram_lookup_tokens_proposed", "ngram_chained_tokens_proposed",
+    "ngram_grammar_candidate_rejections", "ngram_history_syncs", "ngram_history_tokens_synced",
+)
+cdef tuple _SPECULATIVE_BOOL_KEYS = ("formula_supported",)
+cdef tuple _SPECULATIVE_NUMBER_KEYS = (
+    "total_draft_ms", "total_target_ms", "total_reconciliation_ms", "total_target_verify_ms",
+    "total_target_reanchor_ms", "total_ngram_history_sync_ms", "total_ngram_lookup_ms",
+    "avg_draft_ms_per_token", "acceptance_rate", "avg_draft_tokens_per_round",
+    "mean_emitted_tokens_per_round", "expected_tokens_per_round", "avg_target_ms_per_round",
+    "target_baseline_ms_per_token", "target_overhead_ratio", "estimated_speedup", "observed_speedup",
+    "adaptive_k_throughput",
+)
+
+
+@cython.no_gc
+cdef class OgaEngine:
+    """A continuous-batching engine (OgaEngine*). The creating thread is its owner thread."""
+
+    def __init__(self, OgaModel model not None):
+        """OgaCreateEngine."""
+        cdef c_OgaEngine* engine = NULL
+        cdef c_OgaResult* result
+        if self._ptr != NULL:
+            raise RuntimeError("Engine is already initialised.")
+        if model._ptr == NULL:
+            _raise_dead("Model")
+        with nogil:
+            result = OgaCreateEngine(model._ptr, &engine)
+        check_result(result)
+        self._ptr = engine
+        self._compat_buffers = {}
+
+    def __dealloc__(self):
+        # Destroy the engine before the cached run(max_events=N) buffers (fields are cleared after
+        # __dealloc__); buffers are safe to destroy after their engine.
+        OgaDestroyEngine(self._ptr)
+        self._ptr = NULL
+
+    def create_request(self, params=None, options=None):
+        """Creates a Request: OgaEngineCreateRequest, or OgaExtEngineCreateRequestWithParams when
+        the seed-era GeneratorParams `params` is given (positional form accepted)."""
+        cdef c_OgaRequest* request = NULL
+        cdef c_OgaRequestOptions* c_options = NULL
+        cdef c_OgaGeneratorParams* c_params = NULL
+        cdef c_OgaResult* result
+        if self._ptr == NULL:
+            _raise_dead("Engine")
+        if options is not None:
+            if not isinstance(options, OgaRequestOptions):
+                raise TypeError(f"options must be a RequestOptions or None, not {type(options).__name__}.")
+            c_options = (<OgaRequestOptions>options)._ptr
+            if c_options == NULL:
+                _raise_dead("RequestOptions")
+        if params is None:
+            with nogil:
+                result = OgaEngineCreateRequest(self._ptr, c_options, &request)
+        else:
+            if not isinstance(params, OgaGeneratorParams):
+                raise TypeError(f"params must be a GeneratorParams or None, not {type(params).__name__}.")
+            c_params = (<OgaGeneratorParams>params)._ptr
+            if c_params == NULL:
+                _raise_dead("GeneratorParams")
+            with nogil:
+                result = OgaExtEngineCreateRequestWithParams(self._ptr, c_params, c_options, &request)
+        check_result(result)
+        return _wrap_request(request)
+
+    def create_event_buffer(self, size_t capacity):
+        """OgaCreateEngineEventBuffer: an event buffer with `capacity` slots, bound to this engine."""
+        cdef c_OgaEngineEventBuffer* buffer = NULL
+        if self._ptr == NULL:
+            _raise_dead("Engine")
+        check_result(OgaCreateEngineEventBuffer(self._ptr, capacity, &buffer))
+        cdef OgaEngineEventBuffer obj = OgaEngineEventBuffer.__new__(OgaEngineEventBuffer)
+        obj._ptr = buffer
+        return obj
+
+    def run(self, OgaEngineEventBuffer buffer=None, *, max_events=None):
+        """OgaEngineRun (GIL released). run(buffer) returns `buffer`; the seed-era run(max_events=N)
+        runs a cached internal buffer of capacity N and returns a list of its event views."""
+        cdef c_OgaResult* result
+        if buffer is None or max_events is not None:
+            return self._run_compat(buffer, max_events)
+        if self._ptr == NULL:
+            _raise_dead("Engine")
+        if buffer._ptr == NULL:
+            _raise_dead("EngineEventBuffer")
+        with nogil:
+            result = OgaEngineRun(self._ptr, buffer._ptr)
+        if result != NULL:
+            _raise_result(result)
+        return buffer
+
+    def _run_compat(self, buffer, max_events):
+        if buffer is not None or max_events is None:
+            raise TypeError("run() takes exactly one of buffer or max_events.")
+        cdef size_t capacity = max_events
+        cached = self._compat_buffers.get(capacity)
+        if cached is None:
+            cached = self.create_event_buffer(capacity)
+            self._compat_buffers[capacity] = cached
+        return list(self.run(cached))
+
+    def has_pending_requests(self):
+        """OgaEngineHasPendingRequests (GIL released)."""
+        cdef cbool pending = False
+        cdef c_OgaResult* result
+        if self._ptr == NULL:
+            _raise_dead("Engine")
+        with nogil:
+            result = OgaEngineHasPendingRequests(self._ptr, &pending)
+        check_result(result)
+        return pending
+
+    def get_capabilities(self):
+        """OgaEngineGetCapabilities: an immutable snapshot."""
+        cdef c_OgaEngineCapabilities* caps = NULL
+        if self._ptr == NULL:
+            _raise_dead("Engine")
+        check_result(OgaEngineGetCapabilities(self._ptr, &caps))
+        cdef OgaEngineCapabilities obj = OgaEngineCapabilities.__new__(OgaEngineCapabilities)
+        obj.configured_max_batch_size = OgaEngineCapabilitiesGetConfiguredMaxBatchSize(caps)
+        obj.max_scheduled_tokens = OgaEngineCapabilitiesGetMaxScheduledTokens(caps)
+        obj.max_request_length = OgaEngineCapabilitiesGetMaxRequestLength(caps)
+        OgaDestroyEngineCapabilities(caps)
+        return obj
+
+    def get_speculative_stats(self):
+        """OgaEngineGetSpeculativeStats, read into a dict (keys as in onnxruntime-genai 0.18)."""
+        cdef c_OgaSpeculativeStats* stats = NULL
+        cdef uint64_t count
+        cdef double number
+        cdef cbool flag
+        cdef size_t size, i
+        if self._ptr == NULL:
+            _raise_dead("Engine")
+        check_result(OgaEngineGetSpeculativeStats(self._ptr, &stats))
+        out = {}
+        try:
+            for key in _SPECULATIVE_COUNT_KEYS:
+                check_result(OgaSpeculativeStatsGetCount(stats, (<str>key).encode(), &count))
+                out[key] = count
+            for key in _SPECULATIVE_BOOL_KEYS:
+                check_result(OgaSpeculativeStatsGetBool(stats, (<str>key).encode(), &flag))
+                out[key] = flag
+            for key in _SPECULATIVE_NUMBER_KEYS:
+                check_result(OgaSpeculativeStatsGetNumber(stats, (<str>key).encode(), &number))
+                out[key] = number
+            check_result(OgaSpeculativeStatsGetAcceptanceLengthHistogramSize(stats, &size))
+            histogram = []
+            for i in range(size):
+                check_result(OgaSpeculativeStatsGetAcceptanceLengthCount(stats, i, &count))
+                histogram.append(count)
+            out["acceptance_length_histogram"] = histogram
+        finally:
+            OgaDestroySpeculativeStats(stats)
+        return out
+
+    def max_draft_tokens_per_proposal(self):
+        """OgaEngineMaxDraftTokensPerProposal."""
+        cdef size_t out = 0
+        if self._ptr == NULL:
+            _raise_dead("Engine")
+        check_result(OgaEngineMaxDraftTokensPerProposal(self._ptr, &out))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests and options
+# ---------------------------------------------------------------------------------------------
+
+cdef OgaRequest _wrap_request(c_OgaRequest* request):
+    cdef OgaRequest obj = OgaRequest.__new__(OgaRequest)
+    obj._ptr = request
+    # Borrowed: __dealloc__ clears it before releasing the handle, so events never see a dead object.
+    OgaExtRequestSetUserData(request, <void*>obj)
+    return obj
+
+
+cdef class OgaRequest:
+    """One conversation bound to an Engine (the request's one external OgaRequest* handle).
+    Created by Engine.create_request only."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError(_NO_CONSTRUCTOR)
+
+    def __dealloc__(self):
+        if self._ptr != NULL:
+            OgaExtRequestSetUserData(self._ptr, NULL)
+            OgaDestroyRequest(self._ptr)  # abandonment; any thread
+            self._ptr = NULL
+
+    def begin_turn(self, tokens, OgaTurnOptions turn_options=None):
+        """OgaRequestBeginTurn (GIL released). `tokens`: 1-D array-like of int32 token ids.
+        Returns the new turn id."""
+        cdef int32_t small[_SMALL_TOKENS]
+        cdef TokenSpan span
+        cdef const c_OgaTurnOptions* c_turn_options = NULL
+        cdef uint64_t turn_id = 0
+        cdef c_OgaResult* result
+        if self._ptr == NULL:
+            _raise_dead("Request")
+        if turn_options is not None:
+            c_turn_options = turn_options._ptr
+            if c_turn_options == NULL:
+                _raise_dead("TurnOptions")
+        keep_alive = _tokens_to_span(tokens, &span, small)
+        try:
+            with nogil:
+                result = OgaRequestBeginTurn(self._ptr, c_turn_options, span.data, span.count, &turn_id)
+        finally:
+            _release_span(&span)
+        check_result(result)
+        return turn_id
+
+    def cancel_turn(self, uint64_t turn_id):
+        """OgaRequestCancelTurn: True if the named current turn was cancelled."""
+        cdef cbool cancelled = False
+        if self._ptr == NULL:
+            _raise_dead("Request")
+        check_result(OgaRequestCancelTurn(self._ptr, turn_id, &cancelled))
+        return cancelled
+
+    def rewind_to_start_of_turn(self, uint64_t turn_id):
+        """OgaRequestRewindToStartOfTurn."""
+        if self._ptr == NULL:
+            _raise_dead("Request")
+        check_result(OgaRequestRewindToStartOfTurn(self._ptr, turn_id))
+
+    def close(self):
+        """OgaRequestClose: idempotent; stops scheduling and frees the request's cache."""
+        if self._ptr == NULL:
+            _raise_dead("Request")
+        check_result(OgaRequestClose(self._ptr))
+
+    def set_draft_tokens(self, tokens):
+        """OgaRequestSetDraftTokens with one sequence built from `tokens` (empty clears)."""
+        cdef int32_t small[_SMALL_TOKENS]
+        cdef int32_t none_token = 0
+        cdef TokenSpan span
+        cdef c_OgaSequences* sequences = NULL
+        if self._ptr == NULL:
+            _raise_dead("Request")
+        keep_alive = _tokens_to_span(tokens, &span, small)
+        try:
+            check_result(OgaCreateSequences(&sequences))
+            check_result(OgaAppendTokenSequence(span.data if span.data != NULL else &none_token,
+                                                span.count, sequences))
+            check_result(OgaRequestSetDraftTokens(self._ptr, sequences))
+        finally:
+            OgaDestroySequences(sequences)
+            _release_span(&span)
+
+
+cdef class OgaRequestOptions:
+    """Session policy (OgaRequestOptions*): reusable, copied at request creation."""
+
+    def __init__(self):
+        """OgaCreateRequestOptions."""
+        cdef c_OgaRequestOptions* options = NULL
+        if self._ptr != NULL:
+            raise RuntimeError("RequestOptions is already initialised.")
+        check_result(OgaCreateRequestOptions(&options))
+        self._ptr = options
+
+    def __dealloc__(self):
+        OgaDestroyRequestOptions(self._ptr)
+        self._ptr = NULL
+
+    def set_max_session_tokens(self, uint64_t max_session_tokens):
+        """OgaRequestOptionsSetMaxSessionTokens (0 = unset)."""
+        if self._ptr == NULL:
+            _raise_dead("RequestOptions")
+        check_result(OgaRequestOptionsSetMaxSessionTokens(self._ptr, max_session_tokens))
+
+
+cdef class OgaTurnOptions:
+    """Per-turn policy (OgaTurnOptions*) bound to one Request; snapshotted at each begin_turn."""
+
+    def __init__(self, request):
+        """OgaRequestCreateTurnOptions."""
+        cdef c_OgaTurnOptions* options = NULL
+        if self._ptr != NULL:
+            raise RuntimeError("TurnOptions is already initialised.")
+        if not isinstance(request, OgaRequest):
+            raise TypeError(f"request must be a Request, not {type(request).__name__}.")
+        if (<OgaRequest>request)._ptr == NULL:
+            _raise_dead("Request")
+        check_result(OgaRequestCreateTurnOptions((<OgaRequest>request)._ptr, &options))
+        self._ptr = options
+
+    def __dealloc__(self):
+        OgaDestroyTurnOptions(self._ptr)
+        self._ptr = NULL
+
+    cdef int _alive(self) except -1:
+        if self._ptr == NULL:
+            _raise_dead("TurnOptions")
+        return 0
+
+    def set_max_generated_tokens(self, uint64_t max_generated_tokens):
+        """OgaTurnOptionsSetMaxGeneratedTokens (0 = unset)."""
+        self._alive()
+        check_result(OgaTurnOptionsSetMaxGeneratedTokens(self._ptr, max_generated_tokens))
+
+    def set_min_generated_tokens(self, uint64_t min_generated_tokens):
+        """OgaTurnOptionsSetMinGeneratedTokens (0 = unset)."""
+        self._alive()
+        check_result(OgaTurnOptionsSetMinGeneratedTokens(self._ptr, min_generated_tokens))
+
+    def set_do_sample(self, bint do_sample):
+        """OgaTurnOptionsSetDoSample."""
+        self._alive()
+        check_result(OgaTurnOptionsSetDoSample(self._ptr, do_sample))
+
+    def set_temperature(self, float temperature):
+        """OgaTurnOptionsSetTemperature."""
+        self._alive()
+        check_result(OgaTurnOptionsSetTemperature(self._ptr, temperature))
+
+    def set_top_p(self, float top_p):
+        """OgaTurnOptionsSetTopP."""
+        self._alive()
+        check_result(OgaTurnOptionsSetTopP(self._ptr, top_p))
+
+    def set_top_k(self, int32_t top_k):
+        """OgaTurnOptionsSetTopK."""
+        self._alive()
+        check_result(OgaTurnOptionsSetTopK(self._ptr, top_k))
+
+    def set_repetition_penalty(self, float repetition_penalty):
+        """OgaTurnOptionsSetRepetitionPenalty."""
+        self._alive()
+        check_result(OgaTurnOptionsSetRepetitionPenalty(self._ptr, repetition_penalty))
+
+    def set_no_repeat_ngram_size(self, int32_t no_repeat_ngram_size):
+        """OgaTurnOptionsSetNoRepeatNgramSize (0 disables)."""
+        self._alive()
+        check_result(OgaTurnOptionsSetNoRepeatNgramSize(self._ptr, no_repeat_ngram_size))
+
+    def set_seed(self, uint64_t seed):
+        """OgaTurnOptionsSetSeed."""
+        self._alive()
+        check_result(OgaTurnOptionsSetSeed(self._ptr, seed))
+
+    def clear_seed(self):
+        """OgaTurnOptionsClearSeed."""
+        self._alive()
+        check_result(OgaTurnOptionsClearSeed(self._ptr))
+
+    def set_stop_strings(self, stop_strings):
+        """OgaTurnOptionsSetStopStrings with an OgaStringArray built from `stop_strings` (empty clears)."""
+        cdef c_OgaStringArray* array = NULL
+        self._alive()
+        if isinstance(stop_strings, (str, bytes)):
+            raise TypeError("stop_strings must be a list of str, not a single string.")
+        encoded = []
+        for s in stop_strings:
+            if not isinstance(s, str):
+                raise TypeError(f"Stop strings must be str, not {type(s).__name__}.")
+            b = (<str>s).encode("utf-8")
+            if b"\0" in b:
+                raise ValueError("Stop strings must not contain an embedded NUL byte.")
+            encoded.append(b)
+        try:
+            check_result(OgaCreateStringArray(&array))
+            for b in encoded:
+                check_result(OgaStringArrayAddString(array, <bytes>b))
+            check_result(OgaTurnOptionsSetStopStrings(self._ptr, array))
+        finally:
+            OgaDestroyStringArray(array)
+
+    def set_guidance(self, str type, str data):
+        """OgaTurnOptionsSetGuidance: whole-turn guidance (json_schema, regex or lark_grammar)."""
+        self._alive()
+        c_type = type.encode("utf-8")
+        c_data = data.encode("utf-8")
+        if b"\0" in c_type or b"\0" in c_data:
+            raise ValueError("Guidance type and data must not contain an embedded NUL byte.")
+        check_result(OgaTurnOptionsSetGuidance(self._ptr, c_type, c_data))
+
+    def clear_guidance(self):
+        """OgaTurnOptionsClearGuidance."""
+        self._alive()
+        check_result(OgaTurnOptionsClearGuidance(self._ptr))
+
+    def reset(self):
+        """OgaTurnOptionsReset: every field back to unset."""
+        self._alive()
+        check_result(OgaTurnOptionsReset(self._ptr))
+
+
+# ---------------------------------------------------------------------------------------------
+# Event buffers and borrowed views
+# ---------------------------------------------------------------------------------------------
+
+@cython.final
+@cython.no_gc
+cdef class OgaEngineEventBuffer:
+    """Caller-owned event storage (OgaEngineEventBuffer*): a sequence over the events delivered by
+    the last Engine.run. Created by Engine.create_event_buffer only."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError(_NO_CONSTRUCTOR)
+
+    def __dealloc__(self):
+        OgaDestroyEngineEventBuffer(self._ptr)
+        self._ptr = NULL
+
+    @property
+    def capacity(self):
+        """OgaExtEngineEventBufferGetCapacity: slots the buffer was created with (oga addition)."""
+        if self._ptr == NULL:
+            _raise_dead("EngineEventBuffer")
+        return OgaExtEngineEventBufferGetCapacity(self._ptr)
+
+    def __len__(self):
+        """OgaEngineEventBufferGetCount."""
+        if self._ptr == NULL:
+            _raise_dead("EngineEventBuffer")
+        return OgaEngineEventBufferGetCount(self._ptr)
+
+    def __getitem__(self, index):
+        """OgaEngineEventBufferGet: an EngineEvent view (negative indices count from the end)."""
+        cdef Py_ssize_t i, count
+        if self._ptr == NULL:
+            _raise_dead("EngineEventBuffer")
+        count = <Py_ssize_t>OgaEngineEventBufferGetCount(self._ptr)
+        if isinstance(index, slice):
+            return [_make_event(self, j) for j in range(*index.indices(count))]
+        try:
+            i = index
+        except OverflowError:
+            raise IndexError("EngineEventBuffer index out of range") from None
+        if i < 0:
+            i += count
+        if i < 0 or i >= count:
+            raise IndexError("EngineEventBuffer index out of range")
+        return _make_event(self, <size_t>i)
+
+    def __iter__(self):
+        if self._ptr == NULL:
+            _raise_dead("EngineEventBuffer")
+        cdef _EventBufferIterator it = _EventBufferIterator.__new__(_EventBufferIterator)
+        it._buffer = self
+        it._next = 0
+        return it
+
+    def __repr__(self):
+        if self._ptr == NULL:
+            return "<EngineEventBuffer (no handle)>"
+        return (f"<EngineEventBuffer count={OgaEngineEventBufferGetCount(self._ptr)} "
+                f"capacity={OgaExtEngineEventBufferGetCapacity(self._ptr)}>")
+
+
+@cython.final
+@cython.no_gc
+@cython.freelist(4)
+cdef class _EventBufferIterator:
+    cdef OgaEngineEventBuffer _buffer
+    cdef size_t _next
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef size_t i = self._next
+        if i >= OgaEngineEventBufferGetCount(self._buffer._ptr):
+            raise StopIteration
+        self._next = i + 1
+        return _make_event(self._buffer, i)
+
+
+cdef OgaEngineEvent _make_event(OgaEngineEventBuffer buffer, size_t index):
+    cdef OgaEngineEvent event = OgaEngineEvent.__new__(OgaEngineEvent)
+    event._buffer = buffer
+    event._buf = buffer._ptr
+    event._ev = OgaEngineEventBufferGet(buffer._ptr, index)
+    event._generation = OgaExtEngineEventBufferGetGeneration(buffer._ptr)
+    event._index = index
+    return event
+
+
+@cython.final
+@cython.no_gc
+@cython.freelist(64)
+cdef class OgaEngineEvent:
+    """Borrowed view of one event (OgaEngineEvent*). Valid until its buffer is run again; after
+    that every property raises RuntimeError. Copy values out before the next Engine.run."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError(_NO_CONSTRUCTOR)
+
+    @property
+    def flags(self):
+        """OgaEngineEventGetFlags -> EngineEventFlags."""
+        cdef OgaEngineEventFlags flags
+        _check_fresh(self._buf, self._generation)
+        check_result(OgaEngineEventGetFlags(self._ev, &flags))
+        if flags < 32:
+            return _FLAGS[flags]
+        return EngineEventFlags(flags)
+
+    @property
+    def request(self):
+        """OgaEngineEventGetRequest -> the caller's own Request object, or None (engine-level event
+        or released handle)."""
+        cdef const c_OgaRequest* request = NULL
+        cdef void* owner
+        _check_fresh(self._buf, self._generation)
+        check_result(OgaEngineEventGetRequest(self._ev, &request))
+        if request == NULL:
+            return None
+        owner = OgaExtRequestGetUserData(request)
+        if owner == NULL:
+            return None
+        return <object>owner
+
+    @property
+    def turn_id(self):
+        """OgaEngineEventGetTurnId (0 for engine-level events)."""
+        cdef uint64_t turn_id
+        _check_fresh(self._buf, self._generation)
+        check_result(OgaEngineEventGetTurnId(self._ev, &turn_id))
+        return turn_id
+
+    @property
+    def token(self):
+        """OgaEngineEventGetToken: int when the TOKEN flag is set, else None."""
+        cdef OgaEngineEventFlags flags
+        cdef int32_t token
+        _check_fresh(self._buf, self._generation)
+        check_result(OgaEngineEventGetFlags(self._ev, &flags))
+        if not (flags & _FLAG_TOKEN):
+            return None
+        check_result(OgaEngineEventGetToken(self._ev, &token))
+        return token
+
+    @property
+    def finish_reason(self):
+        """OgaEngineEventGetFinishReason -> FinishReason."""
+        cdef OgaFinishReason reason
+        _check_fresh(self._buf, self._generation)
+        check_result(OgaEngineEventGetFinishReason(self._ev, &reason))
+        if reason < 7:
+            return _FINISH_REASONS[reason]
+        return reason
+
+    @property
+    def matched_stop_string_index(self):
+        """OgaEngineEventGetMatchedStopStringIndex: int when finish_reason is STOP_STRING, else None."""
+        cdef OgaFinishReason reason
+        cdef int32_t index
+        _check_fresh(self._buf, self._generation)
+        check_result(OgaEngineEventGetFinishReason(self._ev, &reason))
+        if reason != _FINISH_STOP_STRING:
+            return None
+        check_result(OgaEngineEventGetMatchedStopStringIndex(self._ev, &index))
+        return index
+
+    @property
+    def error_code(self):
+        """OgaEngineEventGetErrorCode -> EngineErrorCode."""
+        cdef OgaErrorCode code
+        _check_fresh(self._buf, self._generation)
+        check_result(OgaEngineEventGetErrorCode(self._ev, &code))
+        if code < 7:
+            return _ERROR_CODES[code]
+        return code
+
+    @property
+    def usage(self):
+        """OgaEngineEventGetUsage -> TurnUsage view (all zero on token-only and engine-level events)."""
+        cdef const c_OgaTurnUsage* usage = NULL
+        _check_fresh(self._buf, self._generation)
+        check_result(OgaEngineEventGetUsage(self._ev, &usage))
+        cdef OgaTurnUsage obj = OgaTurnUsage.__new__(OgaTurnUsage)
+        obj._buffer = self._buffer
+        obj._buf = self._buf
+        obj._usage = usage
+        obj._generation = self._generation
+        return obj
+
+    def __repr__(self):
+        if OgaExtEngineEventBufferGetGeneration(self._buf) != self._generation:
+            return f"<EngineEvent index={self._index} (stale)>"
+        return (f"<EngineEvent flags={self.flags!r} request={self.request!r} turn_id={self.turn_id} "
+                f"token={self.token} finish_reason={self.finish_reason!r} "
+                f"matched_stop_string_index={self.matched_stop_string_index} "
+                f"error_code={self.error_code!r} usage={self.usage!r}>")
+
+
+@cython.final
+@cython.no_gc
+@cython.freelist(16)
+cdef class OgaTurnUsage:
+    """Borrowed view of an event's usage (OgaTurnUsage*); same lifetime as its event."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError(_NO_CONSTRUCTOR)
+
+    @property
+    def prompt_tokens(self):
+        """OgaTurnUsageGetPromptTokens."""
+        cdef uint64_t value
+        _check_fresh(self._buf, self._generation)
+        check_result(OgaTurnUsageGetPromptTokens(self._usage, &value))
+        return value
+
+    @property
+    def generated_tokens(self):
+        """OgaTurnUsageGetGeneratedTokens."""
+        cdef uint64_t value
+        _check_fresh(self._buf, self._generation)
+        check_result(OgaTurnUsageGetGeneratedTokens(self._usage, &value))
+        return value
+
+    @property
+    def cached_prompt_tokens(self):
+        """OgaTurnUsageGetCachedPromptTokens."""
+        cdef uint64_t value
+        _check_fresh(self._buf, self._generation)
+        check_result(OgaTurnUsageGetCachedPromptTokens(self._usage, &value))
+        return value
+
+    def __repr__(self):
+        if OgaExtEngineEventBufferGetGeneration(self._buf) != self._generation:
+            return "<TurnUsage (stale)>"
+        return (f"<TurnUsage prompt_tokens={self.prompt_tokens} generated_tokens={self.generated_tokens} "
+                f"cached_prompt_tokens={self.cached_prompt_tokens}>")
+
+
+@cython.final
+cdef class OgaEngineCapabilities:
+    """Engine capability snapshot (copied from OgaEngineCapabilities*). Created by
+    Engine.get_capabilities only."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError(_NO_CONSTRUCTOR)
+
+    def __repr__(self):
+        return (f"<EngineCapabilities configured_max_batch_size={self.configured_max_batch_size} "
+                f"max_scheduled_tokens={self.max_scheduled_tokens} "
+                f"max_request_length={self.max_request_length}>")
+
+
+# ---------------------------------------------------------------------------------------------
+# OgaExt helpers for oga.testing (private)
+# ---------------------------------------------------------------------------------------------
+
+def _library_path():
+    """OgaExtLibraryPath: the shared library exporting the C API."""
+    cdef const char* path = OgaExtLibraryPath()
+    return None if path == NULL else os.fsdecode(<bytes>path)
+
+
+def _test_model_create(str config_json):
+    """OgaExtCreateTestModel."""
+    cdef c_OgaModel* model = NULL
+    encoded = config_json.encode("utf-8")
+    check_result(OgaExtCreateTestModel(encoded, &model))
+    return _wrap_model(model)
+
+
+def _test_model_inject_fault(OgaModel model not None, uint32_t phase, uint32_t kind, uint64_t skip, uint64_t count):
+    """OgaExtTestModelInjectFault."""
+    if model._ptr == NULL:
+        _raise_dead("Model")
+    check_result(OgaExtTestModelInjectFault(model._ptr, phase, kind, skip, count))
+
+
+def _engine_check_invariants(OgaEngine engine not None):
+    """OgaExtEngineCheckInvariants."""
+    if engine._ptr == NULL:
+        _raise_dead("Engine")
+    check_result(OgaExtEngineCheckInvariants(engine._ptr))
+
+
+def _engine_counters(OgaEngine engine not None):
+    """OgaExtEngineGetCounters -> dict."""
+    cdef OgaExtEngineCounters c
+    if engine._ptr == NULL:
+        _raise_dead("Engine")
+    check_result(OgaExtEngineGetCounters(engine._ptr, &c))
+    return {
+        "model_runs": c.model_runs,
+        "committed_steps": c.committed_steps,
+        "rolled_back_steps": c.rolled_back_steps,
+        "step_ns": c.step_ns,
+        "executor_ns": c.executor_ns,
+        "total_blocks": c.total_blocks,
+        "free_blocks": c.free_blocks,
+        "resident_requests": c.resident_requests,
+        "waiting_requests": c.waiting_requests,
+        "bound_requests": c.bound_requests,
+        "retained_events": c.retained_events,
+    }
+
+
+cdef object _copy_array(const void* data, size_t count, object dtype):
+    arr = np.zeros(count, dtype=dtype)
+    cdef unsigned char[::1] dst
+    if data != NULL and count > 0:
+        dst = arr.view(np.uint8)
+        memcpy(&dst[0], data, count * arr.itemsize)
+    return arr
+
+
+def _engine_last_step_inputs(OgaEngine engine not None):
+    """OgaExtEngineGetLastStepInputs -> dict of numpy copies."""
+    cdef OgaExtStepInputs s
+    if engine._ptr == NULL:
+        _raise_dead("Engine")
+    check_result(OgaExtEngineGetLastStepInputs(engine._ptr, &s))
+    rows = s.num_rows
+    columns = s.block_table_columns
+    return {
+        "num_rows": rows,
+        "num_tokens": s.num_tokens,
+        "input_ids": _copy_array(s.input_ids, s.num_tokens, np.int64),
+        "position_ids": _copy_array(s.position_ids, s.num_tokens, np.int64),
+        "cumulative_sequence_lengths": _copy_array(
+            s.cumulative_sequence_lengths, s.num_rows + 1 if s.cumulative_sequence_lengths != NULL else 0, np.int32),
+        "past_sequence_lengths": _copy_array(s.past_sequence_lengths, s.num_rows, np.int32),
+        "block_table": _copy_array(s.block_table, s.num_rows * s.block_table_columns, np.int32).reshape(
+            rows, columns),
+        "attention_metadata": _copy_array(s.attention_metadata, 3 if s.attention_metadata != NULL else 0, np.int32),
+        "logits_indices": _copy_array(s.logits_indices, s.num_rows if s.logits_indices != NULL else 0, np.int32),
+        "graph_eligible": bool(s.graph_eligible),
+    }
+
+
+def _request_set_last_turn_id(OgaRequest request not None, uint64_t turn_id):
+    """OgaExtRequestSetLastTurnIdForTesting."""
+    if request._ptr == NULL:
+        _raise_dead("Request")
+    check_result(OgaExtRequestSetLastTurnIdForTesting(request._ptr, turn_id))

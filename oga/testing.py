@@ -1,0 +1,114 @@
+"""Test helpers over oga's OgaExt C functions: the built-in deterministic test model, fault
+injection and engine introspection. Pure Python; each helper is one call into oga._core."""
+import json
+
+from . import _core
+
+__all__ = [
+    "check_invariants",
+    "create_test_model",
+    "engine_counters",
+    "inject_fault",
+    "last_step_inputs",
+    "set_last_turn_id",
+]
+
+# OgaExtFaultPhase values.
+FAULT_PHASES = {
+    "plan": 0,
+    "reserve": 1,
+    "execute": 2,
+    "sample": 3,
+    "commit_prepare": 4,
+    "commit": 5,
+}
+# OgaExtExecutionStatus values an armed "execute" fault reports.
+FAULT_KINDS = {
+    "retryable": 1,
+    "capacity": 2,
+    "fatal": 3,
+}
+
+
+def create_test_model(
+    *,
+    vocab_size=64,
+    eos_token_id=1,
+    bos_token_id=0,
+    pad_token_id=0,
+    context_length=128,
+    max_length=None,
+    block_size=4,
+    num_blocks=128,
+    max_batch_size=8,
+    max_scheduled_tokens=None,
+    chunk_size=None,
+    per_token_logits=False,
+    max_block_table_columns=0,
+    search=None,
+):
+    """Builds a genai_config document for the built-in test executor and creates the model
+    (OgaExtCreateTestModel). ``eos_token_id`` may be an int or a list; ``num_blocks=None``,
+    ``max_scheduled_tokens=None`` and ``chunk_size=None`` omit their keys; ``search`` entries
+    override the search section."""
+    search_section = {"max_length": max_length or context_length, "do_sample": False}
+    if chunk_size is not None:
+        search_section["chunk_size"] = chunk_size
+    search_section.update(search or {})
+    dynamic_batching = {"block_size": block_size, "max_batch_size": max_batch_size}
+    if num_blocks is not None:
+        dynamic_batching["num_blocks"] = num_blocks
+    if max_scheduled_tokens is not None:
+        dynamic_batching["max_scheduled_tokens"] = max_scheduled_tokens
+    config = {
+        "model": {
+            "type": "oga_test",
+            "vocab_size": vocab_size,
+            "context_length": context_length,
+            "eos_token_id": list(eos_token_id) if isinstance(eos_token_id, (list, tuple)) else eos_token_id,
+            "bos_token_id": bos_token_id,
+            "pad_token_id": pad_token_id,
+            "decoder": {},
+        },
+        "search": search_section,
+        "engine": {"dynamic_batching": dynamic_batching},
+        "test_model": {
+            "per_token_logits": bool(per_token_logits),
+            "max_block_table_columns": max_block_table_columns,
+        },
+    }
+    return _core._test_model_create(json.dumps(config))
+
+
+def inject_fault(model, phase, kind="retryable", skip=0, count=1):
+    """Arms a fault on a test model (OgaExtTestModelInjectFault): the next ``skip`` consultations
+    of ``phase`` pass, then ``count`` fail. ``kind`` only matters for phase "execute"."""
+    try:
+        phase_value = FAULT_PHASES[phase]
+    except KeyError:
+        raise ValueError(f"Unknown fault phase {phase!r}; expected one of {sorted(FAULT_PHASES)}.") from None
+    try:
+        kind_value = FAULT_KINDS[kind]
+    except KeyError:
+        raise ValueError(f"Unknown fault kind {kind!r}; expected one of {sorted(FAULT_KINDS)}.") from None
+    _core._test_model_inject_fault(model, phase_value, kind_value, skip, count)
+
+
+def check_invariants(engine):
+    """OgaExtEngineCheckInvariants: raises RuntimeError listing every violated invariant."""
+    _core._engine_check_invariants(engine)
+
+
+def engine_counters(engine):
+    """OgaExtEngineGetCounters as a dict."""
+    return _core._engine_counters(engine)
+
+
+def last_step_inputs(engine):
+    """OgaExtEngineGetLastStepInputs: numpy copies of the last packed step (block_table is 2-D)."""
+    return _core._engine_last_step_inputs(engine)
+
+
+def set_last_turn_id(request, turn_id):
+    """OgaExtRequestSetLastTurnIdForTesting."""
+    _core._request_set_last_turn_id(request, turn_id)
