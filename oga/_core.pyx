@@ -136,8 +136,10 @@ cdef object _tokens_to_span(object tokens, TokenSpan* span, int32_t* small):
             try:
                 v = PyLong_AsLongLong(item)
             except OverflowError:
-                _raise_token_range(item)
+                v = <long long>INT32_MAX + 1
             if v < INT32_MIN or v > INT32_MAX:
+                PyMem_Free(span.heap)
+                span.heap = NULL
                 _raise_token_range(item)
             out[i] = <int32_t>v
         else:
@@ -163,16 +165,15 @@ cdef object _tokens_to_int32_array(object tokens):
     kind = arr.dtype.kind
     if arr.dtype == np.int32:
         return np.ascontiguousarray(arr)
-    if kind == "b":
-        return np.ascontiguousarray(arr, dtype=np.int32)
-    if kind == "f":
-        if arr.size and not np.isfinite(arr).all():
-            raise ValueError("Token ids must be finite.")
-    elif kind not in "iu":
+    if kind == "O" and arr.size and all(type(v) is int for v in arr):
         try:
             arr = np.asarray(arr, dtype=np.int64)
         except OverflowError:
             raise ValueError(f"Token ids must be in the int32 range [{INT32_MIN}, {INT32_MAX}].") from None
+        kind = "i"
+    if kind not in "iu" and arr.size:
+        # Floats, bools and strings are not token ids: converting them would silently truncate.
+        raise TypeError(f"tokens must hold integer token ids, not {arr.dtype} values.")
     if arr.size:
         lo = arr.min()
         hi = arr.max()
