@@ -331,10 +331,11 @@ void Engine::Deliver(OgaEngineEventBuffer& buffer) {
 }
 
 void Engine::Step() {
-  if (faults() != nullptr && faults()->Consult(OgaExtFaultPhase_Plan) != OgaExtExecutionStatus_Ok) {
-    throw std::bad_alloc();  // planning allocation failure: escapes Run, engine stays healthy
-  }
   try {
+    const OgaExtExecutionStatus fault =
+        faults() != nullptr ? faults()->Consult(OgaExtFaultPhase_Plan) : OgaExtExecutionStatus_Ok;
+    if (fault == OgaExtExecutionStatus_Fatal) throw ContractError("injected planning consistency fault");
+    if (fault != OgaExtExecutionStatus_Ok) throw std::bad_alloc();
     scheduler_.PlanStep(plan_);
   } catch (const std::bad_alloc&) {
     throw;

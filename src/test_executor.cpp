@@ -68,8 +68,10 @@ OgaExtExecutionStatus OpenEngine(void* model_data, const OgaExtEngineGeometry* g
     auto state = std::make_unique<TestEngineState>();
     state->geometry = *geometry;
     state->slots.assign(geometry->num_blocks * geometry->block_size, CacheSlot{-1, 0});
-    state->logits.assign(geometry->max_scheduled_tokens * geometry->vocab_size, 0.0f);
     state->per_token_logits = model->config.test_per_token_logits;
+    // One logits row per packed token for per-token decoders, otherwise one per request.
+    const size_t logits_rows = state->per_token_logits ? geometry->max_scheduled_tokens : geometry->max_batch_size;
+    state->logits.assign(logits_rows * geometry->vocab_size, 0.0f);
     state->faults = model->faults;
     *engine_data = state.release();
     return OgaExtExecutionStatus_Ok;

@@ -2,7 +2,6 @@
 texts, NULL-safe destroys, direct-return getters, engine destruction with live handles, the owner
 thread, static batching rejected."""
 
-import ctypes
 import threading
 from ctypes import byref, c_bool, c_char_p, c_double, c_int32, c_size_t, c_uint32, c_uint64
 

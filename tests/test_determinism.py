@@ -131,7 +131,7 @@ def workloads(draw):
     return cfg, jobs, capacity
 
 
-@settings(max_examples=80, deadline=None, derandomize=True,
+@settings(max_examples=200, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(workloads())
 def test_random_workloads_match_the_oracle(workload):

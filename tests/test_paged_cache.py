@@ -5,7 +5,6 @@ import gc
 
 import pytest
 
-import oga as og
 import oga.testing as ogt
 from helpers import (
     OracleSequence, counters, drive, expected_turn_events, key, make_engine, per_request, prompt_without_eos,

@@ -8,7 +8,6 @@ import os
 import pytest
 
 import oga as og
-import oga.testing as ogt
 from helpers import make_engine, turn_options
 
 PUBLIC_NAMES = [

@@ -280,3 +280,76 @@ def test_destroying_the_engine_variable_keeps_requests_safe():
     gc.collect()
     r.close()
     r.close()
+
+
+def test_cancel_merges_into_the_retained_token_event(engine):
+    prompts = ([5, 9, 13], [7, 7], [20, 21, 22, 23])
+    reqs = []
+    for p in prompts:
+        r = engine.create_request()
+        r.begin_turn(p, turn_options(r, max_gen=6))
+        reqs.append(r)
+    one = engine.create_event_buffer(1)
+    assert run_once(engine, one)[0].request is reqs[0]
+    assert counters(engine)["retained_events"] == 2
+    assert reqs[1].cancel_turn(1) is True
+    assert counters(engine)["retained_events"] == 2, "no extra event: merged into the retained token event"
+    evs = run_once(engine, one)
+    toks, _ = OracleSequence().turn(prompts[1], stop_after=1)
+    assert evs[0].request is reqs[1]
+    assert key(evs[0]) == (TOKEN | TURN_FINISHED, 1, toks[0], R_CANCELLED, E_NONE, (2, 1, 0))
+    assert counters(engine)["model_runs"] == 1
+    events = drive(engine, one)
+    got = per_request(events)
+    assert reqs[1] not in got
+    for r, p in ((reqs[0], prompts[0]), (reqs[2], prompts[2])):
+        t, reason = OracleSequence().turn(p, max_gen=6)
+        expected = expected_turn_events(1, len(p), t, reason)
+        assert got[r] == (expected[1:] if r is reqs[0] else expected)
+
+
+def test_unset_turn_options_mean_model_defaults_not_the_previous_turn(engine):
+    prompt = prompt_without_eos(2)
+    opts = og.RequestOptions()
+    opts.set_max_session_tokens(20)
+    r = engine.create_request(options=opts)
+    oracle = OracleSequence(max_session=20)
+    t = turn_options(r, max_gen=2)
+    r.begin_turn(prompt, t)
+    evs = drive(engine)
+    toks, reason = oracle.turn(prompt, max_gen=2)
+    assert [key(e) for e in evs] == expected_turn_events(1, 3, toks, reason)
+    t.reset()
+    r.begin_turn([4], t)  # reset options: no per-turn cap
+    evs = drive(engine)
+    toks, reason = oracle.turn([4])
+    assert [key(e) for e in evs] == expected_turn_events(2, 1, toks, reason)
+    assert reason != R_MAX_GEN
+
+
+def test_model_search_config_rejections_at_create_request():
+    model = ogt.create_test_model(search={"num_beams": 4})
+    engine = og.Engine(model)
+    with pytest.raises(RuntimeError) as info:
+        engine.create_request()
+    assert "search.num_beams = 4" in str(info.value) and "overlay" in str(info.value)
+    model = ogt.create_test_model(search={"min_length": 3})
+    engine = og.Engine(model)
+    with pytest.raises(RuntimeError) as info:
+        engine.create_request()
+    assert "search.min_length (3)" in str(info.value)
+    assert counters(engine)["bound_requests"] == 0
+    # search.batch_size != 1 is not rejected: each request derives its own one-row search.
+    model = ogt.create_test_model(search={"batch_size": 4})
+    engine = og.Engine(model)
+    r = engine.create_request()
+    r.begin_turn([5, 9, 13], turn_options(r, max_gen=1))
+    drive(engine)
+
+
+@pytest.mark.parametrize("cfg", [dict(eos_token_id=64), dict(eos_token_id=[1, 70]), dict(vocab_size=0)])
+def test_invalid_vocabulary_configuration_is_rejected(cfg):
+    with pytest.raises(RuntimeError):
+        model = ogt.create_test_model(**cfg)
+        engine = og.Engine(model)
+        engine.create_request()

@@ -4,7 +4,6 @@ unserviceable requests."""
 
 import pytest
 
-import oga as og
 import oga.testing as ogt
 from helpers import (
     CAPACITY_BLOCKED, E_DEFERRED, E_UNSERVICEABLE, FAILED, R_FAILED, TOKEN, TURN_FINISHED, OracleSequence,

@@ -2,7 +2,6 @@
 
 import pytest
 
-import oga as og
 import oga.testing as ogt
 from helpers import (
     CAPACITY_BLOCKED, E_CONTRACT, E_EXEC_CAPACITY, E_EXECUTION, E_RETRYABLE, FAILED, R_FAILED, R_NONE,
@@ -243,3 +242,30 @@ def test_fault_injection_is_replaced_by_rearming():
     assert [key(e) for e in events if e.request is None] == [RETRY_EVENT]
     assert [e.flags for e in events if e.request is not None][-1] == TOKEN | TURN_FINISHED
     assert counters(engine)["rolled_back_steps"] == 1
+
+
+def test_planning_consistency_failure_poisons_every_executable_turn():
+    model, engine, buf, a, b, c = _poison_scenario("plan", "fatal")
+    evs = run_once(engine, buf, check=False)
+    got = {e.request: key(e) for e in evs}
+    assert set(got) == {a, b} and len(evs) == 2
+    assert got[a] == (TURN_FINISHED | FAILED, 1, None, R_FAILED, E_CONTRACT, (3, 2, 0))
+    assert got[b] == (TURN_FINISHED | FAILED, 1, None, R_FAILED, E_CONTRACT, (4, 0, 0))
+    _assert_poisoned(engine, buf, a, b, c,
+                     "Dynamic scheduler planning failed and the Engine is no longer healthy. Cause: ")
+
+
+def test_fatal_failure_without_an_executable_turn_publishes_a_requestless_failed_event():
+    model, engine = make_engine()
+    done = engine.create_request()
+    done.begin_turn([5, 9, 13], turn_options(done, max_gen=1))
+    drive(engine)  # turn-complete resident: nothing executable
+    ogt.inject_fault(model, "plan", "fatal")
+    buf = engine.create_event_buffer(4)
+    evs = run_once(engine, buf, check=False)
+    assert [key(e) for e in evs] == [(FAILED, 0, None, R_NONE, E_CONTRACT, (0, 0, 0))]
+    assert evs[0].request is None
+    assert not engine.has_pending_requests()
+    with pytest.raises(RuntimeError, match="^Dynamic scheduler planning failed and the Engine is no longer healthy."):
+        engine.run(buf)
+    done.close()

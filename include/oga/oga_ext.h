@@ -111,13 +111,17 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaExtCreateTestModel(const char* config_json
 
 /* Fault injection for transaction tests. Phases: where the engine consults the injector. */
 typedef uint32_t OgaExtFaultPhase;
-#define OgaExtFaultPhase_Plan 0u          /* planning: an allocation failure escapes Run, engine healthy */
+#define OgaExtFaultPhase_Plan 0u          /* planning: kind Fatal is a planning consistency failure
+                                            (contract failure, also with no executable turn); any
+                                            other kind is an allocation failure that escapes Run
+                                            and leaves the engine healthy */
 #define OgaExtFaultPhase_Reserve 1u       /* cache reservation after an executable plan: contract failure */
 #define OgaExtFaultPhase_Execute 2u       /* the executor reports `kind` */
 #define OgaExtFaultPhase_Sample 3u        /* post-processing failure: retryable batch abort */
 #define OgaExtFaultPhase_CommitPrepare 4u /* commit preparation: contract failure after rollback */
 #define OgaExtFaultPhase_Commit 5u        /* publication: execution failure, fail-stop */
-/* For OgaExtFaultPhase_Execute: the OgaExtExecutionStatus to report. Ignored elsewhere. */
+/* `kind`: for OgaExtFaultPhase_Execute, the OgaExtExecutionStatus the executor reports; for
+ * OgaExtFaultPhase_Plan, Fatal or not (see above); ignored by the other phases. */
 /* Arms the fault: the next `skip` consultations of `phase` pass, then `count` fail. Arming again
  * replaces the phase's previous arming. Only test models accept faults. Any thread. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtTestModelInjectFault(OgaModel* model, OgaExtFaultPhase phase, OgaExtExecutionStatus kind,
