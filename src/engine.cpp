@@ -253,7 +253,9 @@ uint64_t Engine::BeginTurn(Request& request, const OgaTurnOptions* options, cons
     throw ApiError("The request cannot admit another turn because its uint64 turn id space is exhausted.");
   }
   // Everything that can fail happens before the first mutation.
-  request.tokens.reserve(request.max_session_tokens);
+  // Room for the input and the first generated token; StageResults grows it (fallibly, before
+  // commit) so publication never allocates.
+  request.tokens.reserve(current + count + 1);
   const bool enqueue = request.cache_slot < 0 && !request.waiting;
   if (enqueue) scheduler_.ReserveWaitingSlot();
 
@@ -430,6 +432,10 @@ void Engine::ExecuteTransaction() {
     Rollback();
     PushEngineEvent(OgaEngineEventFlag_Retryable, OgaErrorCode_RetryableExecution);
     return;
+  } catch (const std::bad_alloc&) {
+    Rollback();
+    PushEngineEvent(OgaEngineEventFlag_CapacityBlocked, OgaErrorCode_ExecutionCapacityExceeded);
+    return;
   }
   // Prepare the commit: the last point where the transaction can still be undone.
   try {
@@ -478,6 +484,12 @@ void Engine::StageResults(const OgaExtStepOutputs& outputs) {
       continue;
     }
     staged.appended = true;
+    if (request.tokens.size() == request.tokens.capacity()) {
+      // Grow geometrically so a request reallocates O(log length) times over its life.
+      Request& growing = *row.request;
+      growing.tokens.reserve(std::min<size_t>(std::max<size_t>(growing.tokens.size() * 2, 64),
+                                              static_cast<size_t>(growing.max_session_tokens)));
+    }
     const uint64_t generated = request.turn_generated_tokens + 1;
     const uint64_t length = request.tokens.size() + 1;
     if (request.policy.max_generated_tokens != 0 && generated >= request.policy.max_generated_tokens) {
@@ -498,7 +510,7 @@ void Engine::PublishCommit() {
     request.processed = row.processed_before + row.token_count;
     if (!row.samples) continue;
     if (staged.appended) {
-      request.tokens.push_back(staged.token);  // capacity reserved at BeginTurn
+      request.tokens.push_back(staged.token);  // capacity ensured by StageResults
       ++request.turn_generated_tokens;
     }
     const bool finished = staged.finish_reason != OgaFinishReason_None;
