@@ -43,6 +43,15 @@ oga::Request& CheckTurnOptions(const OgaTurnOptions* options) {
   return *request;  // kept alive by its handle, which the check above saw
 }
 
+// Runs a setter body on validated turn options.
+template <typename Update>
+OgaResult* UpdateTurnOptions(OgaTurnOptions* options, Update&& update) {
+  return Guard([&] {
+    CheckTurnOptions(options);
+    update(options->values);
+  });
+}
+
 bool IsValidUtf8(const std::string& text) {
   size_t i = 0;
   const size_t n = text.size();
@@ -275,73 +284,43 @@ OgaResult* OGA_API_CALL OgaRequestCreateTurnOptions(OgaRequest* request, OgaTurn
 void OGA_API_CALL OgaDestroyTurnOptions(OgaTurnOptions* options) { delete options; }
 
 OgaResult* OGA_API_CALL OgaTurnOptionsSetMaxGeneratedTokens(OgaTurnOptions* options, uint64_t max_generated_tokens) {
-  return Guard([&] {
-    CheckTurnOptions(options);
-    options->values.max_generated_tokens = max_generated_tokens;
-  });
+  return UpdateTurnOptions(options, [&](oga::TurnOptionValues& values) { values.max_generated_tokens = max_generated_tokens; });
 }
 
 OgaResult* OGA_API_CALL OgaTurnOptionsSetMinGeneratedTokens(OgaTurnOptions* options, uint64_t min_generated_tokens) {
-  return Guard([&] {
-    CheckTurnOptions(options);
-    options->values.min_generated_tokens = min_generated_tokens;
-  });
+  return UpdateTurnOptions(options, [&](oga::TurnOptionValues& values) { values.min_generated_tokens = min_generated_tokens; });
 }
 
 OgaResult* OGA_API_CALL OgaTurnOptionsSetDoSample(OgaTurnOptions* options, bool do_sample) {
-  return Guard([&] {
-    CheckTurnOptions(options);
-    options->values.do_sample = do_sample;
-  });
+  return UpdateTurnOptions(options, [&](oga::TurnOptionValues& values) { values.do_sample = do_sample; });
 }
 
 OgaResult* OGA_API_CALL OgaTurnOptionsSetTemperature(OgaTurnOptions* options, float temperature) {
-  return Guard([&] {
-    CheckTurnOptions(options);
-    options->values.temperature = temperature;
-  });
+  return UpdateTurnOptions(options, [&](oga::TurnOptionValues& values) { values.temperature = temperature; });
 }
 
 OgaResult* OGA_API_CALL OgaTurnOptionsSetTopP(OgaTurnOptions* options, float top_p) {
-  return Guard([&] {
-    CheckTurnOptions(options);
-    options->values.top_p = top_p;
-  });
+  return UpdateTurnOptions(options, [&](oga::TurnOptionValues& values) { values.top_p = top_p; });
 }
 
 OgaResult* OGA_API_CALL OgaTurnOptionsSetTopK(OgaTurnOptions* options, int32_t top_k) {
-  return Guard([&] {
-    CheckTurnOptions(options);
-    options->values.top_k = top_k;
-  });
+  return UpdateTurnOptions(options, [&](oga::TurnOptionValues& values) { values.top_k = top_k; });
 }
 
 OgaResult* OGA_API_CALL OgaTurnOptionsSetRepetitionPenalty(OgaTurnOptions* options, float repetition_penalty) {
-  return Guard([&] {
-    CheckTurnOptions(options);
-    options->values.repetition_penalty = repetition_penalty;
-  });
+  return UpdateTurnOptions(options, [&](oga::TurnOptionValues& values) { values.repetition_penalty = repetition_penalty; });
 }
 
 OgaResult* OGA_API_CALL OgaTurnOptionsSetNoRepeatNgramSize(OgaTurnOptions* options, int32_t no_repeat_ngram_size) {
-  return Guard([&] {
-    CheckTurnOptions(options);
-    options->values.no_repeat_ngram_size = no_repeat_ngram_size;
-  });
+  return UpdateTurnOptions(options, [&](oga::TurnOptionValues& values) { values.no_repeat_ngram_size = no_repeat_ngram_size; });
 }
 
 OgaResult* OGA_API_CALL OgaTurnOptionsSetSeed(OgaTurnOptions* options, uint64_t seed) {
-  return Guard([&] {
-    CheckTurnOptions(options);
-    options->values.seed = seed;
-  });
+  return UpdateTurnOptions(options, [&](oga::TurnOptionValues& values) { values.seed = seed; });
 }
 
 OgaResult* OGA_API_CALL OgaTurnOptionsClearSeed(OgaTurnOptions* options) {
-  return Guard([&] {
-    CheckTurnOptions(options);
-    options->values.seed.reset();
-  });
+  return UpdateTurnOptions(options, [&](oga::TurnOptionValues& values) { values.seed.reset(); });
 }
 
 OgaResult* OGA_API_CALL OgaTurnOptionsSetStopStrings(OgaTurnOptions* options, const OgaStringArray* stop_strings) {
