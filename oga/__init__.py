@@ -13,11 +13,15 @@ import pkgutil as _pkgutil
 __path__ = _pkgutil.extend_path(__path__, __name__)
 
 from . import _core  # noqa: E402
+
+# OgaCreateModel loads ONNX model directories through the ONNX Runtime executor (oga/onnx_executor.py).
+_core._register_model_loader()
 from ._core import (  # noqa: E402
     EngineErrorCode,
     EngineEventFlags,
     FinishReason,
     OgaEngine,
+    OgaConfig,
     OgaEngineCapabilities,
     OgaEngineEvent,
     OgaEngineEventBuffer,
@@ -33,6 +37,7 @@ __version__ = "0.1.0"
 
 # onnxruntime-genai 0.18 names.
 Model = OgaModel
+Config = OgaConfig
 GeneratorParams = OgaGeneratorParams
 Engine = OgaEngine
 Request = OgaRequest
@@ -54,6 +59,7 @@ def library_path() -> str:
 
 
 __all__ = [
+    "Config",
     "Engine",
     "EngineCapabilities",
     "EngineErrorCode",

@@ -31,9 +31,17 @@ cdef extern from "oga/oga.h" nogil:
     const char* OgaResultGetError(const c_OgaResult* result)
     void OgaDestroyResult(c_OgaResult* result)
 
-    # Models
+    # Models and configs
     c_OgaResult* OgaCreateModel(const char* config_path, c_OgaModel** out)
     void OgaDestroyModel(c_OgaModel* model)
+    c_OgaResult* OgaCreateConfig(const char* config_path, c_OgaConfig** out)
+    void OgaDestroyConfig(c_OgaConfig* config)
+    c_OgaResult* OgaConfigOverlay(c_OgaConfig* config, const char* json)
+    c_OgaResult* OgaConfigClearProviders(c_OgaConfig* config)
+    c_OgaResult* OgaConfigAppendProvider(c_OgaConfig* config, const char* provider)
+    c_OgaResult* OgaConfigSetProviderOption(c_OgaConfig* config, const char* provider, const char* key,
+                                            const char* value)
+    c_OgaResult* OgaCreateModelFromConfig(const c_OgaConfig* config, c_OgaModel** out)
     c_OgaResult* OgaCreateGeneratorParams(const c_OgaModel* model, c_OgaGeneratorParams** out)
     void OgaDestroyGeneratorParams(c_OgaGeneratorParams* params)
     c_OgaResult* OgaGeneratorParamsSetSearchNumber(c_OgaGeneratorParams* params, const char* name, double value)
@@ -163,6 +171,7 @@ cdef extern from "oga/oga_ext.h" nogil:
     ctypedef struct OgaExtModelExecutor:
         int32_t per_token_logits
         size_t max_block_table_columns
+        size_t bytes_per_block
         void* model_data
         OgaExtExecutionStatus (*open_engine)(void* model_data, const OgaExtEngineGeometry* geometry,
                                              void** engine_data, char* message, size_t message_capacity)
@@ -170,6 +179,32 @@ cdef extern from "oga/oga_ext.h" nogil:
                                          OgaExtStepOutputs* outputs, char* message, size_t message_capacity)
         void (*close_engine)(void* engine_data)
         void (*release_model)(void* model_data)
+
+    ctypedef struct OgaExtDecoderNames:
+        const char* model_directory
+        const char* config_json
+        const char* decoder_filename
+        const char* input_ids
+        const char* position_ids
+        const char* cumulative_sequence_lengths
+        const char* past_sequence_lengths
+        const char* block_table
+        const char* block_table_windowed
+        const char* attention_metadata
+        const char* logits_indices
+        const char* logits
+        size_t num_paged_layers
+        const int32_t* paged_layer_ids
+        const char* const* past_key_names
+        const char* const* past_value_names
+        const char* const* present_key_names
+        const char* const* present_value_names
+        size_t block_size
+        size_t vocab_size
+
+    ctypedef OgaExtExecutionStatus (*OgaExtModelLoader)(const OgaExtDecoderNames* names, OgaExtModelExecutor* executor,
+                                                        char* message, size_t message_capacity)
+    void OgaExtSetModelLoader(OgaExtModelLoader loader)
 
     c_OgaResult* OgaExtCreateModelWithExecutor(const char* config_json, const OgaExtModelExecutor* executor,
                                              c_OgaModel** out)
@@ -208,8 +243,14 @@ cdef extern from "oga/oga_ext.h" nogil:
 
 # Extension types (attributes visible to other Cython modules, e.g. a future executor module).
 
+cdef class OgaConfig:
+    cdef c_OgaConfig* _ptr
+    cdef readonly object path
+    cdef int _alive(self) except -1
+
 cdef class OgaModel:
     cdef c_OgaModel* _ptr
+    cdef readonly object path
 
 cdef class OgaGeneratorParams:
     cdef c_OgaGeneratorParams* _ptr

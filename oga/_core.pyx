@@ -9,7 +9,7 @@ through check_result. Engine logic lives in the C++ core, never here.
 cimport cython
 from cpython.long cimport PyLong_AsLongLong, PyLong_CheckExact
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from cpython.ref cimport PyObject
+from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
 from libc.stdint cimport INT32_MAX, INT32_MIN, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 from libcpp cimport bool as cbool
@@ -194,20 +194,87 @@ cdef inline void _release_span(TokenSpan* span) noexcept:
 # Models and generator params
 # ---------------------------------------------------------------------------------------------
 
-cdef class OgaModel:
-    """A model: configuration plus executor (OgaModel*)."""
+cdef object _model_directory(object config_path):
+    """The directory of a model path, which may name genai_config.json itself."""
+    path = os.fspath(config_path)
+    return os.path.dirname(os.path.abspath(path)) if os.path.isfile(path) else os.path.abspath(path)
+
+
+cdef class OgaConfig:
+    """A model directory's configuration (OgaConfig*), to adjust before creating the model."""
 
     def __init__(self, config_path):
-        """Loads an OGA model directory (OgaCreateModel)."""
-        cdef c_OgaModel* model = NULL
+        """OgaCreateConfig."""
+        cdef c_OgaConfig* config = NULL
         cdef c_OgaResult* result
         if self._ptr != NULL:
-            raise RuntimeError("Model is already initialised.")
-        path = os.fsencode(config_path)
-        cdef const char* c_path = path
+            raise RuntimeError("Config is already initialised.")
+        encoded = os.fsencode(config_path)
+        cdef const char* c_path = encoded
         with nogil:
-            result = OgaCreateModel(c_path, &model)
+            result = OgaCreateConfig(c_path, &config)
         check_result(result)
+        self._ptr = config
+        self.path = _model_directory(config_path)
+
+    def __dealloc__(self):
+        OgaDestroyConfig(self._ptr)
+        self._ptr = NULL
+
+    cdef int _alive(self) except -1:
+        if self._ptr == NULL:
+            _raise_dead("Config")
+        return 0
+
+    def overlay(self, str json):
+        """OgaConfigOverlay: merges `json` into the configuration (validated before it is published)."""
+        self._alive()
+        check_result(OgaConfigOverlay(self._ptr, json.encode("utf-8")))
+
+    def clear_providers(self):
+        """OgaConfigClearProviders."""
+        self._alive()
+        check_result(OgaConfigClearProviders(self._ptr))
+
+    def append_provider(self, str provider):
+        """OgaConfigAppendProvider."""
+        self._alive()
+        check_result(OgaConfigAppendProvider(self._ptr, provider.encode("utf-8")))
+
+    def set_provider_option(self, str provider, str key, str value):
+        """OgaConfigSetProviderOption."""
+        self._alive()
+        check_result(OgaConfigSetProviderOption(self._ptr, provider.encode("utf-8"), key.encode("utf-8"),
+                                                value.encode("utf-8")))
+
+
+cdef class OgaModel:
+    """A model: configuration plus executor (OgaModel*). `path` is its directory (None for models
+    created without one, such as oga.testing test models)."""
+
+    def __init__(self, config):
+        """OgaCreateModel(path), or OgaCreateModelFromConfig(config) for a Config."""
+        cdef c_OgaModel* model = NULL
+        cdef c_OgaResult* result
+        cdef const c_OgaConfig* c_config
+        cdef const char* c_path
+        if self._ptr != NULL:
+            raise RuntimeError("Model is already initialised.")
+        if isinstance(config, OgaConfig):
+            c_config = (<OgaConfig>config)._ptr
+            if c_config == NULL:
+                _raise_dead("Config")
+            with nogil:
+                result = OgaCreateModelFromConfig(c_config, &model)
+            check_result(result)
+            self.path = (<OgaConfig>config).path
+        else:
+            encoded = os.fsencode(config)
+            c_path = encoded
+            with nogil:
+                result = OgaCreateModel(c_path, &model)
+            check_result(result)
+            self.path = _model_directory(config)
         self._ptr = model
 
     def __dealloc__(self):
@@ -1009,3 +1076,126 @@ def _request_set_last_turn_id(OgaRequest request not None, uint64_t turn_id):
     if request._ptr == NULL:
         _raise_dead("Request")
     check_result(OgaExtRequestSetLastTurnIdForTesting(request._ptr, turn_id))
+
+
+# ---------------------------------------------------------------------------------------------
+# The ONNX Runtime model loader (OgaExtModelLoader) and executor trampolines. The executor itself
+# is oga/onnx_executor.py; these functions only cross between the C callback table and Python.
+# ---------------------------------------------------------------------------------------------
+
+cdef void _write_message(char* message, size_t capacity, object text) noexcept:
+    cdef bytes encoded
+    if capacity == 0:
+        return
+    try:
+        encoded = str(text).encode("utf-8", "replace")[:capacity - 1]
+    except BaseException:
+        encoded = b"oga: the executor failure message could not be encoded"
+    memcpy(message, <const char*>encoded, len(encoded))
+    message[len(encoded)] = 0
+
+
+cdef str _text(const char* value):
+    return "" if value == NULL else value.decode("utf-8")
+
+
+cdef list _texts(const char* const* values, size_t count):
+    return [_text(values[i]) for i in range(count)]
+
+
+cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtModelExecutor* executor,
+                                      char* message, size_t capacity) noexcept nogil:
+    with gil:
+        try:
+            import importlib
+            onnx_executor = importlib.import_module("oga.onnx_executor")
+            decoder = onnx_executor.load_decoder({
+                "model_directory": _text(names.model_directory),
+                "config_json": _text(names.config_json),
+                "decoder_filename": _text(names.decoder_filename),
+                "input_ids": _text(names.input_ids),
+                "position_ids": _text(names.position_ids),
+                "cumulative_sequence_lengths": _text(names.cumulative_sequence_lengths),
+                "past_sequence_lengths": _text(names.past_sequence_lengths),
+                "block_table": _text(names.block_table),
+                "block_table_windowed": _text(names.block_table_windowed),
+                "attention_metadata": _text(names.attention_metadata),
+                "logits_indices": _text(names.logits_indices),
+                "logits": _text(names.logits),
+                "paged_layer_ids": [names.paged_layer_ids[i] for i in range(names.num_paged_layers)],
+                "past_key_names": _texts(names.past_key_names, names.num_paged_layers),
+                "past_value_names": _texts(names.past_value_names, names.num_paged_layers),
+                "present_key_names": _texts(names.present_key_names, names.num_paged_layers),
+                "present_value_names": _texts(names.present_value_names, names.num_paged_layers),
+                "block_size": names.block_size,
+                "vocab_size": names.vocab_size,
+            })
+            executor.per_token_logits = 1 if decoder.per_token_logits else 0
+            executor.max_block_table_columns = 0
+            executor.bytes_per_block = decoder.bytes_per_block
+        except BaseException as error:
+            _write_message(message, capacity, error)
+            return 3  # OgaExtExecutionStatus_Fatal
+        Py_INCREF(decoder)  # owned by the model; released by _onnx_release_model
+        executor.model_data = <void*>decoder
+        executor.open_engine = _onnx_open_engine
+        executor.execute = _onnx_execute
+        executor.close_engine = _onnx_release
+        executor.release_model = _onnx_release
+        return 0
+
+
+cdef OgaExtExecutionStatus _onnx_open_engine(void* model_data, const OgaExtEngineGeometry* geometry,
+                                             void** engine_data, char* message, size_t capacity) noexcept nogil:
+    with gil:
+        try:
+            engine = (<object>model_data).open_engine({
+                "block_size": geometry.block_size,
+                "num_blocks": geometry.num_blocks,
+                "max_batch_size": geometry.max_batch_size,
+                "max_scheduled_tokens": geometry.max_scheduled_tokens,
+                "max_block_table_columns": geometry.max_block_table_columns,
+                "vocab_size": geometry.vocab_size,
+            })
+        except MemoryError as error:
+            _write_message(message, capacity, f"cannot allocate the KV cache: {error}")
+            return 2  # OgaExtExecutionStatus_CapacityExceeded
+        except BaseException as error:
+            _write_message(message, capacity, error)
+            return 3
+        Py_INCREF(engine)  # owned by the engine; released by close_engine
+        engine_data[0] = <void*>engine
+        return 0
+
+
+cdef OgaExtExecutionStatus _onnx_execute(void* engine_data, const OgaExtStepInputs* inputs,
+                                         OgaExtStepOutputs* outputs, char* message, size_t capacity) noexcept nogil:
+    with gil:
+        executor = <object>engine_data
+        try:
+            status, text, address, rows = executor.execute(
+                inputs.num_rows, inputs.num_tokens, <size_t>inputs.input_ids, <size_t>inputs.position_ids,
+                <size_t>inputs.cumulative_sequence_lengths, <size_t>inputs.past_sequence_lengths,
+                <size_t>inputs.block_table, inputs.block_table_columns, <size_t>inputs.attention_metadata,
+                <size_t>inputs.logits_indices)
+            if status != 0:
+                _write_message(message, capacity, text)
+                return status
+            outputs.logits = <const void*><size_t>address
+            outputs.logits_type = executor.logits_type
+            outputs.logits_rows = rows
+            outputs.logits_row_stride = executor.vocab
+        except BaseException as error:
+            _write_message(message, capacity, f"{type(error).__name__}: {error}")
+            return 3
+        return 0
+
+
+cdef void _onnx_release(void* data) noexcept nogil:
+    with gil:
+        Py_DECREF(<object>data)
+
+
+def _register_model_loader():
+    """OgaExtSetModelLoader(ONNX Runtime loader): done once when oga is imported."""
+    OgaExtSetModelLoader(_onnx_load)

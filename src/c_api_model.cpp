@@ -2,12 +2,17 @@
 // arrays, sequences, and the test-model and executor additions.
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "c_api_support.h"
+#include "config_handle.h"
 #include "engine.h"
 #include "model_handles.h"
 #include "oga/oga.h"
@@ -92,6 +97,199 @@ void SetSearchValue(oga::SearchConfig& search, const std::string& name, double v
   }
 }
 
+
+// ---- model loading ----
+
+std::atomic<OgaExtModelLoader> g_model_loader{nullptr};
+
+constexpr const char* kNoLoaderMessage =
+    "No model loader is registered: import the oga Python package (it registers the ONNX Runtime executor) before "
+    "calling OgaCreateModel.";
+
+oga::json::Value NewObject() { return oga::json::Value::Object({}, {}, {}); }
+
+// model.decoder.session_options.provider_options of `root`, created (as OGA writes it: a list of
+// {"<provider>": {option: value}} objects) where missing.
+std::vector<oga::json::Value>& ProviderOptions(oga::json::Value& root) {
+  oga::json::Value* section = &root;
+  for (const char* key : {"model", "decoder", "session_options"}) {
+    oga::json::Value* child = section->Find(key);
+    if (child == nullptr || !child->is_object()) child = &section->Set(key, NewObject());
+    section = child;
+  }
+  oga::json::Value* list = section->Find("provider_options");
+  if (list == nullptr || !list->is_array()) list = &section->Set("provider_options", oga::json::Value::Array({}, {}, {}));
+  return list->mutable_elements();
+}
+
+// The options object of `provider` in the list, appended when absent.
+oga::json::Value& ProviderEntry(std::vector<oga::json::Value>& providers, const std::string& provider) {
+  for (oga::json::Value& entry : providers) {
+    if (!entry.is_object()) continue;
+    if (oga::json::Value* options = entry.Find(provider)) {
+      if (!options->is_object()) *options = NewObject();
+      return *options;
+    }
+  }
+  oga::json::Value entry = NewObject();
+  entry.Set(provider, NewObject());
+  providers.push_back(std::move(entry));
+  return *providers.back().Find(provider);
+}
+
+template <typename Edit>
+void EditConfig(OgaConfig& config, Edit&& edit) {
+  oga::json::Value root = config.root;
+  edit(root);
+  oga::PublishConfig(config, std::move(root));
+}
+
+// The decoder's resolved graph names, owned here while the loader reads them through `names`.
+struct DecoderNameStorage {
+  std::string model_directory;
+  std::string config_json;
+  std::vector<int32_t> paged_layer_ids;
+  std::vector<std::string> past_keys, past_values, present_keys, present_values;
+  std::vector<const char*> past_key_ptrs, past_value_ptrs, present_key_ptrs, present_value_ptrs;
+  OgaExtDecoderNames names{};
+};
+
+void RequireLayerTemplate(const std::string& name_template, const char* section, const char* key) {
+  if (!oga::IsLayerTemplate(name_template)) {
+    throw ApiError(std::string("model.decoder.") + section + "." + key + " template '" + name_template +
+                   "' must contain exactly one %d");
+  }
+}
+
+// The decoder state checks OGA runs when it builds the model, then the paged group's layers.
+std::vector<int32_t> PagedLayersForLoading(const oga::ModelConfig& config) {
+  const oga::DecoderConfig& decoder = config.decoder;
+  const std::vector<oga::StateGroup> groups = oga::EffectiveStateGroups(decoder);
+  const oga::StateGroup* paged = nullptr;
+  size_t paged_groups = 0;
+  bool fixed = false;
+  for (const oga::StateGroup& group : groups) {
+    if (group.kind == oga::StateGroupKind::kPagedKv) {
+      ++paged_groups;
+      paged = &group;
+    } else {
+      fixed = true;
+    }
+  }
+  if (!config.dynamic_batching) {
+    if (fixed) throw ApiError("Fixed decoder state groups require engine.dynamic_batching");
+    return paged_groups == 1 ? paged->layer_ids : std::vector<int32_t>();
+  }
+  if (paged_groups != 1) throw ApiError("Dynamic batching requires exactly one paged_kv decoder state group");
+  if (paged->layer_ids.empty()) throw ApiError("Dynamic batching requires at least one paged_kv decoder layer");
+  if (fixed) {
+    throw ApiError(
+        "Fixed decoder state groups (fixed_conv, fixed_recurrent) are not supported yet by oga: only the paged_kv "
+        "group can run. Remove the fixed groups from model.decoder.state_groups only if the model has no such state.");
+  }
+  if (!decoder.state_groups) {
+    // An explicit manifest had its templates checked when parsed; the legacy one is checked here.
+    RequireLayerTemplate(decoder.inputs.past_key_names, "inputs", "past_key_names");
+    RequireLayerTemplate(decoder.inputs.past_value_names, "inputs", "past_value_names");
+    RequireLayerTemplate(decoder.outputs.present_key_names, "outputs", "present_key_names");
+    RequireLayerTemplate(decoder.outputs.present_value_names, "outputs", "present_value_names");
+  }
+  if (decoder.sliding_window) {
+    const std::unordered_set<int32_t> paged_layers(paged->layer_ids.begin(), paged->layer_ids.end());
+    for (const int32_t layer : decoder.sliding_window->layers) {
+      if (layer < 0 || layer >= decoder.num_hidden_layers) {
+        throw ApiError("Sliding-window layer index is outside the decoder layer range.");
+      }
+      if (paged_layers.count(layer) == 0) {
+        throw ApiError("Every sliding-window layer must belong to the paged_kv decoder state group.");
+      }
+    }
+  }
+  return paged->layer_ids;
+}
+
+void FillDecoderNames(const OgaConfig& handle, DecoderNameStorage& storage) {
+  const oga::ModelConfig& config = handle.config;
+  const oga::DecoderConfig& decoder = config.decoder;
+  storage.model_directory = handle.directory;
+  storage.config_json = handle.json_text;
+  storage.paged_layer_ids = PagedLayersForLoading(config);
+  std::unordered_set<std::string> seen;
+  auto expand = [&](const std::string& name_template, std::vector<std::string>& names) {
+    for (const int32_t layer : storage.paged_layer_ids) {
+      names.push_back(oga::ExpandLayerTemplate(name_template, layer));
+      if (!seen.insert(names.back()).second) {
+        throw ApiError("model.decoder resolves more than one paged cache binding to '" + names.back() + "'");
+      }
+    }
+  };
+  expand(decoder.inputs.past_key_names, storage.past_keys);
+  expand(decoder.inputs.past_value_names, storage.past_values);
+  expand(decoder.outputs.present_key_names, storage.present_keys);
+  expand(decoder.outputs.present_value_names, storage.present_values);
+  auto pointers = [](const std::vector<std::string>& names, std::vector<const char*>& out) {
+    for (const std::string& name : names) out.push_back(name.c_str());
+  };
+  pointers(storage.past_keys, storage.past_key_ptrs);
+  pointers(storage.past_values, storage.past_value_ptrs);
+  pointers(storage.present_keys, storage.present_key_ptrs);
+  pointers(storage.present_values, storage.present_value_ptrs);
+
+  OgaExtDecoderNames& names = storage.names;
+  names.model_directory = storage.model_directory.c_str();
+  names.config_json = storage.config_json.c_str();
+  names.decoder_filename = decoder.filename.c_str();
+  names.input_ids = decoder.inputs.input_ids.c_str();
+  names.position_ids = decoder.inputs.position_ids.c_str();
+  names.cumulative_sequence_lengths = decoder.inputs.cumulative_sequence_lengths.c_str();
+  names.past_sequence_lengths = decoder.inputs.past_sequence_lengths.c_str();
+  names.block_table = decoder.inputs.block_table.c_str();
+  names.block_table_windowed = decoder.inputs.block_table_windowed.c_str();
+  names.attention_metadata = decoder.inputs.attention_metadata.c_str();
+  names.logits_indices = decoder.inputs.logits_indices.c_str();
+  names.logits = decoder.outputs.logits.c_str();
+  names.num_paged_layers = storage.paged_layer_ids.size();
+  names.paged_layer_ids = storage.paged_layer_ids.data();
+  names.past_key_names = storage.past_key_ptrs.data();
+  names.past_value_names = storage.past_value_ptrs.data();
+  names.present_key_names = storage.present_key_ptrs.data();
+  names.present_value_names = storage.present_value_ptrs.data();
+  names.block_size = config.dynamic_batching ? static_cast<size_t>(config.dynamic_batching->block_size) : 0;
+  names.vocab_size = static_cast<size_t>(config.vocab_size);
+}
+
+void ReleaseModelData(const OgaExtModelExecutor& executor) {
+  if (executor.release_model != nullptr) executor.release_model(executor.model_data);
+}
+
+// Creates the model through the registered loader. The loader's model_data belongs to the model
+// from the moment the loader returns, also when creation fails afterwards.
+std::unique_ptr<OgaModel> LoadModel(const OgaConfig& handle) {
+  DecoderNameStorage storage;
+  FillDecoderNames(handle, storage);
+  const OgaExtModelLoader loader = g_model_loader.load();
+  if (loader == nullptr) throw ApiError(kNoLoaderMessage);
+  OgaExtModelExecutor executor{};
+  char message[4096] = {};
+  const OgaExtExecutionStatus status = loader(&storage.names, &executor, message, sizeof(message));
+  message[sizeof(message) - 1] = '\0';
+  if (status != OgaExtExecutionStatus_Ok) {
+    ReleaseModelData(executor);
+    throw ApiError(message[0] != '\0' ? std::string(message) : std::string("The model loader failed without a message."));
+  }
+  try {
+    if (executor.open_engine == nullptr || executor.execute == nullptr || executor.close_engine == nullptr) {
+      throw ApiError("The model loader returned an executor without open_engine, execute or close_engine.");
+    }
+    auto model = std::make_unique<OgaModel>();
+    model->model = std::make_shared<oga::Model>(handle.config, executor, nullptr);
+    return model;
+  } catch (...) {
+    ReleaseModelData(executor);
+    throw;
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -113,9 +311,83 @@ OgaResult* OGA_API_CALL OgaCreateModel(const char* config_path, OgaModel** out) 
     if (out != nullptr) *out = nullptr;
     RequireNotNull(config_path, "config_path must not be null.");
     RequireNotNull(out, "out must not be null.");
-    throw ApiError(std::string("Loading the model directory '") + config_path +
-                   "' needs the ONNX Runtime executor, which is not supported yet by oga. Use "
-                   "oga.testing.create_test_model (OgaExtCreateTestModel) or OgaExtCreateModelWithExecutor.");
+    const OgaConfig config = oga::LoadConfig(config_path);
+    *out = LoadModel(config).release();
+  });
+}
+
+OgaResult* OGA_API_CALL OgaCreateModelFromConfig(const OgaConfig* config, OgaModel** out) {
+  return Guard([&] {
+    if (out != nullptr) *out = nullptr;
+    RequireNotNull(config, "config must not be null.");
+    RequireNotNull(out, "out must not be null.");
+    *out = LoadModel(*config).release();
+  });
+}
+
+void OGA_API_CALL OgaExtSetModelLoader(OgaExtModelLoader loader) { g_model_loader.store(loader); }
+
+/* ----------------------------------------------------------------------------------------------
+ * Configurations
+ * -------------------------------------------------------------------------------------------- */
+OgaResult* OGA_API_CALL OgaCreateConfig(const char* config_path, OgaConfig** out) {
+  return Guard([&] {
+    if (out != nullptr) *out = nullptr;
+    RequireNotNull(config_path, "config_path must not be null.");
+    RequireNotNull(out, "out must not be null.");
+    *out = new OgaConfig(oga::LoadConfig(config_path));
+  });
+}
+
+void OGA_API_CALL OgaDestroyConfig(OgaConfig* config) { delete config; }
+
+OgaResult* OGA_API_CALL OgaConfigOverlay(OgaConfig* config, const char* json) {
+  return Guard([&] {
+    RequireNotNull(config, "config must not be null.");
+    RequireNotNull(json, "json must not be null.");
+    // Parsed alone first, so syntax errors (and, after merging, errors in overlaid values) point
+    // into the overlay text, as OGA's do.
+    const oga::json::Value overlay = oga::json::Parse(json);
+    EditConfig(*config, [&](oga::json::Value& root) { oga::json::MergeInto(root, overlay); });
+  });
+}
+
+OgaResult* OGA_API_CALL OgaConfigClearProviders(OgaConfig* config) {
+  return Guard([&] {
+    RequireNotNull(config, "config must not be null.");
+    EditConfig(*config, [](oga::json::Value& root) { ProviderOptions(root).clear(); });
+  });
+}
+
+OgaResult* OGA_API_CALL OgaConfigAppendProvider(OgaConfig* config, const char* provider) {
+  return Guard([&] {
+    RequireNotNull(config, "config must not be null.");
+    RequireNotNull(provider, "provider must not be null.");
+    if (*provider == '\0') throw ApiError("provider must not be empty.");
+    EditConfig(*config, [&](oga::json::Value& root) { ProviderEntry(ProviderOptions(root), provider); });
+  });
+}
+
+OgaResult* OGA_API_CALL OgaConfigSetProviderOption(OgaConfig* config, const char* provider, const char* key,
+                                                   const char* value) {
+  return Guard([&] {
+    RequireNotNull(config, "config must not be null.");
+    RequireNotNull(provider, "provider must not be null.");
+    RequireNotNull(key, "key must not be null.");
+    RequireNotNull(value, "value must not be null.");
+    if (*provider == '\0') throw ApiError("provider must not be empty.");
+    EditConfig(*config, [&](oga::json::Value& root) {
+      ProviderEntry(ProviderOptions(root), provider).Set(key, oga::json::Value::String(value, {}, {}));
+    });
+  });
+}
+
+OgaResult* OGA_API_CALL OgaExtConfigGetJson(const OgaConfig* config, const char** out) {
+  return Guard([&] {
+    if (out != nullptr) *out = nullptr;
+    RequireNotNull(config, "config must not be null.");
+    RequireNotNull(out, "out must not be null.");
+    *out = config->json_text.c_str();
   });
 }
 

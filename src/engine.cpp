@@ -1,8 +1,12 @@
 #include "engine.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cinttypes>
 #include <climits>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <new>
 #include <utility>
@@ -37,6 +41,53 @@ std::string NotSupportedYet(const char* what) {
          "Remove it from the turn options.";
 }
 
+constexpr const char* kBudgetTooSmallMessage = "The key-value cache budget is too small to hold the reserved decoder state.";
+
+uint64_t SaturatingMultiply(uint64_t a, uint64_t b) {
+  if (a != 0 && b > UINT64_MAX / a) return UINT64_MAX;
+  return a * b;
+}
+
+// Memory the KV cache may take on CPU: MemAvailable (reclaimable page cache included), or free
+// physical pages where /proc/meminfo is missing.
+uint64_t AvailableHostBytes() {
+  if (std::FILE* meminfo = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (std::fgets(line, sizeof line, meminfo) != nullptr) {
+      if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+        found = true;
+        break;
+      }
+    }
+    std::fclose(meminfo);
+    if (found) return SaturatingMultiply(static_cast<uint64_t>(kib), 1024);
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return 0;
+  return SaturatingMultiply(static_cast<uint64_t>(pages), static_cast<uint64_t>(page_size));
+}
+
+// engine.dynamic_batching.gpu_utilization_factor without num_blocks (reference E.4): blocks that
+// fit in 90% of the memory available times the factor, but never more than max_batch_size
+// requests of context_length tokens could occupy at once. The KV cache lives in host memory here
+// (the executor allocates it); there is no device budget to consult yet.
+uint64_t AutoSizedBlockCount(const ModelConfig& config, size_t bytes_per_block) {
+  const DynamicBatchingConfig& batching = *config.dynamic_batching;
+  const double budget = static_cast<double>(AvailableHostBytes()) * 0.9 * *batching.gpu_utilization_factor;
+  const double fitting = std::floor(budget / static_cast<double>(bytes_per_block));
+  if (!(fitting >= 1.0)) throw ApiError(kBudgetTooSmallMessage);
+  const uint64_t block_size = static_cast<uint64_t>(batching.block_size);
+  const uint64_t blocks_per_request = (static_cast<uint64_t>(config.context_length) + block_size - 1) / block_size;
+  const uint64_t usable = SaturatingMultiply(static_cast<uint64_t>(batching.max_batch_size), blocks_per_request);
+  uint64_t num_blocks = fitting >= static_cast<double>(usable) ? usable : static_cast<uint64_t>(fitting);
+  // Block ids are int32 on the executor interface.
+  num_blocks = std::min<uint64_t>(num_blocks, static_cast<uint64_t>(INT32_MAX) / std::max<uint64_t>(block_size, 1));
+  return std::max<uint64_t>(num_blocks, 1);
+}
+
 }  // namespace
 
 std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
@@ -48,17 +99,18 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   }
   const DynamicBatchingConfig& batching = *config.dynamic_batching;
   if (!batching.num_blocks) {
-    if (batching.gpu_utilization_factor) {
+    if (!batching.gpu_utilization_factor) throw ApiError(kBudgetTooSmallMessage);
+    if (model->executor().bytes_per_block == 0) {
       throw ApiError(
           "Automatic KV-cache sizing from engine.dynamic_batching.gpu_utilization_factor is not supported yet by oga; "
           "set engine.dynamic_batching.num_blocks.");
     }
-    throw ApiError("The key-value cache budget is too small to hold the reserved decoder state.");
   }
   if (config.vocab_size < 1) throw ApiError("vocab_size must be 1 or greater, is " + std::to_string(config.vocab_size));
   if (config.context_length < 1) throw ApiError("context_length must be > 0");
   const uint64_t block_size = static_cast<uint64_t>(batching.block_size);
-  const uint64_t num_blocks = static_cast<uint64_t>(*batching.num_blocks);
+  const uint64_t num_blocks = batching.num_blocks ? static_cast<uint64_t>(*batching.num_blocks)
+                                                  : AutoSizedBlockCount(config, model->executor().bytes_per_block);
   if (num_blocks > static_cast<uint64_t>(INT32_MAX) || block_size > static_cast<uint64_t>(INT32_MAX)) {
     throw ApiError("engine.dynamic_batching.num_blocks and block_size must fit in int32.");
   }

@@ -14,9 +14,7 @@ std::string FormatError(const std::string& what, Position at) {
          std::to_string(at.OgaIndex());
 }
 
-void ThrowError(const std::string& what, Position at) {
-  throw std::runtime_error(FormatError(what, at));
-}
+void ThrowError(const std::string& what, Position at) { throw Error(FormatError(what, at)); }
 
 const char* TypeName(Type type) {
   switch (type) {
@@ -95,6 +93,25 @@ const Value* Value::Find(std::string_view key) const {
     if (member.key == key) return &member.value;
   }
   return nullptr;
+}
+
+Value* Value::Find(std::string_view key) {
+  for (Member& member : members_) {
+    if (member.key == key) return &member.value;
+  }
+  return nullptr;
+}
+
+Value& Value::Set(std::string_view key, Value value) {
+  if (Value* existing = Find(key)) {
+    *existing = std::move(value);
+    return *existing;
+  }
+  Member member;
+  member.key = std::string(key);
+  member.value = std::move(value);
+  members_.push_back(std::move(member));
+  return members_.back().value;
 }
 
 namespace {
@@ -453,5 +470,123 @@ class Parser {
 }  // namespace
 
 Value Parse(std::string_view text) { return Parser(text).ParseDocument(); }
+
+namespace {
+
+void SerializeString(const std::string& text, std::string& out) {
+  out.push_back('"');
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char escape[8];
+          std::snprintf(escape, sizeof escape, "\\u%04X", static_cast<unsigned>(static_cast<unsigned char>(c)));
+          out += escape;
+        } else {
+          out.push_back(c);
+        }
+    }
+  }
+  out.push_back('"');
+}
+
+void SerializeNumber(const Value& value, std::string& out) {
+  char digits[64];
+  if (value.is_integral()) {
+    const auto result = std::to_chars(digits, digits + sizeof digits, value.int_value());
+    out.append(digits, result.ptr);
+    return;
+  }
+  // Shortest form that parses back to the same double; a fraction or exponent marker is kept so
+  // the value reads back as non-integral too.
+  const auto result = std::to_chars(digits, digits + sizeof digits, value.double_value());
+  const std::string_view text(digits, static_cast<size_t>(result.ptr - digits));
+  out += text;
+  if (text.find_first_of(".eE") == std::string_view::npos) out += ".0";
+}
+
+void SerializeTo(const Value& value, std::string& out) {
+  switch (value.type()) {
+    case Type::kNull:
+      out += "null";
+      return;
+    case Type::kBool:
+      out += value.bool_value() ? "true" : "false";
+      return;
+    case Type::kNumber:
+      SerializeNumber(value, out);
+      return;
+    case Type::kString:
+      SerializeString(value.string_value(), out);
+      return;
+    case Type::kArray: {
+      out.push_back('[');
+      bool first = true;
+      for (const Value& element : value.elements()) {
+        if (!first) out.push_back(',');
+        first = false;
+        SerializeTo(element, out);
+      }
+      out.push_back(']');
+      return;
+    }
+    case Type::kObject: {
+      out.push_back('{');
+      bool first = true;
+      for (const Member& member : value.members()) {
+        if (!first) out.push_back(',');
+        first = false;
+        SerializeString(member.key, out);
+        out.push_back(':');
+        SerializeTo(member.value, out);
+      }
+      out.push_back('}');
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+std::string Serialize(const Value& value) {
+  std::string out;
+  SerializeTo(value, out);
+  return out;
+}
+
+void MergeInto(Value& base, const Value& overlay) {
+  if (!base.is_object() || !overlay.is_object()) {
+    base = overlay;
+    return;
+  }
+  for (const Member& member : overlay.members()) {
+    if (Value* existing = base.Find(member.key)) {
+      MergeInto(*existing, member.value);
+    } else {
+      base.mutable_members().push_back(member);
+    }
+  }
+}
 
 }  // namespace oga::json

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,7 +28,15 @@ struct Position {
 // Formats "JSON Error: <what> at line L index I" (OGA's shape for every configuration error).
 std::string FormatError(const std::string& what, Position at);
 
-// Throws std::runtime_error carrying FormatError(what, at).
+// An error tied to a place in a document (syntax, unknown key, invalid value). Loading a config
+// file prefixes these with the file name, as OGA does; whole-config checks throw plain
+// std::runtime_error instead.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+// Throws json::Error carrying FormatError(what, at).
 [[noreturn]] void ThrowError(const std::string& what, Position at);
 
 enum class Type { kNull, kBool, kNumber, kString, kArray, kObject };
@@ -76,6 +85,14 @@ class Value {
 
   // The member named `key` of an object, or nullptr (also for non-objects).
   const Value* Find(std::string_view key) const;
+  Value* Find(std::string_view key);
+
+  // Editing (configuration overlays and provider edits). Values built here carry default
+  // positions; error positions are only meaningful for parsed values.
+  std::vector<Value>& mutable_elements() { return elements_; }
+  std::vector<Member>& mutable_members() { return members_; }
+  // Replaces the member named `key` of an object in place, or appends it. Returns the stored value.
+  Value& Set(std::string_view key, Value value);
 
   // `start` is the value's first byte; `end` is just past its last byte.
   Position start() const { return start_; }
@@ -104,7 +121,18 @@ struct Member {
 constexpr int kMaxNestingDepth = 256;
 
 // Parses one JSON value (RFC 8259; whitespace may surround it, nothing else may follow it).
-// Objects reject duplicate keys. Throws std::runtime_error from ThrowError on any syntax error.
+// Objects reject duplicate keys. Throws json::Error from ThrowError on any syntax error.
 Value Parse(std::string_view text);
+
+// Compact JSON text (no whitespace) that Parse reads back to an equal value: members in order,
+// integral numbers as integers, other numbers in their shortest round-trip form, strings with
+// only the escapes JSON requires (UTF-8 passes through).
+std::string Serialize(const Value& value);
+
+// Overlays `overlay` onto `base`: where both are objects, members merge key by key (recursively,
+// new keys appended in overlay order); anything else replaces the base value wholesale (arrays
+// included). Merged values keep the positions of the text they came from, so an error found in
+// an overlaid value points into the overlay.
+void MergeInto(Value& base, const Value& overlay);
 
 }  // namespace oga::json

@@ -9,12 +9,15 @@
 // Pinned by the observed 0.18 texts "JSON Error: max_scheduled_tokens must be > 0 at line 1 index
 // 58" for {"engine": {"dynamic_batching": {"max_scheduled_tokens": 0}}} and "... Unknown value
 // \"foo\" at line 1 index 41" for {"engine": {"dynamic_batching": {"foo": 1}}}.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "json.h"
@@ -108,6 +111,266 @@ int64_t ReadNonNegativeInt(const Value& value, std::string_view name) {
   return number;
 }
 
+// ---- model.decoder ----
+
+template <typename Names>
+struct NameKey {
+  const char* key;
+  std::string Names::*field;
+};
+
+const NameKey<DecoderInputNames> kInputNameKeys[] = {
+    {"input_ids", &DecoderInputNames::input_ids},
+    {"position_ids", &DecoderInputNames::position_ids},
+    {"cumulative_sequence_lengths", &DecoderInputNames::cumulative_sequence_lengths},
+    {"past_sequence_lengths", &DecoderInputNames::past_sequence_lengths},
+    {"block_table", &DecoderInputNames::block_table},
+    {"block_table_windowed", &DecoderInputNames::block_table_windowed},
+    {"attention_metadata", &DecoderInputNames::attention_metadata},
+    {"logits_indices", &DecoderInputNames::logits_indices},
+    {"past_key_names", &DecoderInputNames::past_key_names},
+    {"past_value_names", &DecoderInputNames::past_value_names},
+    {"past_key_scale_names", &DecoderInputNames::past_key_scale_names},
+    {"past_value_scale_names", &DecoderInputNames::past_value_scale_names},
+    {"past_conv_names", &DecoderInputNames::past_conv_names},
+    {"past_recurrent_names", &DecoderInputNames::past_recurrent_names},
+    {"state_update_capture_count", &DecoderInputNames::state_update_capture_count},
+    {"state_update_active", &DecoderInputNames::state_update_active},
+};
+
+const NameKey<DecoderOutputNames> kOutputNameKeys[] = {
+    {"logits", &DecoderOutputNames::logits},
+    {"present_key_names", &DecoderOutputNames::present_key_names},
+    {"present_value_names", &DecoderOutputNames::present_value_names},
+    {"present_key_scale_names", &DecoderOutputNames::present_key_scale_names},
+    {"present_value_scale_names", &DecoderOutputNames::present_value_scale_names},
+    {"present_conv_names", &DecoderOutputNames::present_conv_names},
+    {"present_recurrent_names", &DecoderOutputNames::present_recurrent_names},
+    {"state_update_conv_value_names", &DecoderOutputNames::state_update_conv_value_names},
+    {"state_update_recurrent_capsule_names", &DecoderOutputNames::state_update_recurrent_capsule_names},
+};
+
+// Other keys (attention_mask, past_key_values_length, encoder names, ...) belong to decoders
+// outside the paged contract; they are accepted and ignored.
+template <typename Names, size_t N>
+void ParseNameMap(const Value& section, const NameKey<Names> (&keys)[N], Names& names) {
+  for (const Member& member : section.members()) {
+    for (const NameKey<Names>& name_key : keys) {
+      if (member.key == name_key.key) {
+        names.*(name_key.field) = ReadString(member.value, member.key);
+        break;
+      }
+    }
+  }
+}
+
+std::vector<int32_t> ReadLayerIds(const Value& value, std::string_view name) {
+  if (!value.is_array()) FailAt(value, std::string(name) + " must be a list of integers");
+  std::vector<int32_t> ids;
+  ids.reserve(value.elements().size());
+  for (const Value& element : value.elements()) ids.push_back(ReadInt32(element, name));
+  return ids;
+}
+
+SlidingWindowConfig ParseSlidingWindow(const Value& section) {
+  SlidingWindowConfig window;
+  for (const Member& member : section.members()) {
+    if (member.key == "window_size") {
+      window.window_size = ReadPositiveInt(member.value, member.key);
+    } else if (member.key == "layers") {
+      window.layers = ReadLayerIds(member.value, member.key);
+    }
+    // slide_key_value_cache, alignment, cache_slack, ...: kept in `json` for the executor.
+  }
+  window.json = json::Serialize(section);
+  return window;
+}
+
+constexpr int64_t kMaxHiddenLayers = 1 << 20;
+
+constexpr const char* kStateGroupsPath = "model:decoder:state_groups";
+
+// A group as written; `kind` stays empty when the entry names none (reported after parsing, as
+// OGA does, with the group's index).
+struct ParsedStateGroup {
+  std::optional<StateGroupKind> kind;
+  std::vector<int32_t> layer_ids;
+  std::optional<std::string> state_update_json;
+};
+
+StateGroupKind ReadStateGroupKind(const Value& value) {
+  if (!value.is_string()) FailAt(value, "kind must be a string");
+  const std::string& kind = value.string_value();
+  if (kind == "paged_kv") return StateGroupKind::kPagedKv;
+  if (kind == "fixed_conv") return StateGroupKind::kFixedConv;
+  if (kind == "fixed_recurrent") return StateGroupKind::kFixedRecurrent;
+  if (kind == "fixed") {
+    FailAt(value, std::string(kStateGroupsPath) +
+                      ":kind:Decoder state group kind 'fixed' is no longer supported; use 'fixed_conv' or "
+                      "'fixed_recurrent' and move binding templates to model.decoder.inputs and "
+                      "model.decoder.outputs");
+  }
+  FailAt(value, std::string(kStateGroupsPath) + ":kind:Unsupported decoder state group kind '" + kind + "'");
+}
+
+ParsedStateGroup ParseStateGroup(const Value& entry) {
+  if (!entry.is_object()) FailAt(entry, "state_groups entries must be objects");
+  ParsedStateGroup group;
+  for (const Member& member : entry.members()) {
+    const Value& value = member.value;
+    if (member.key == "kind") {
+      group.kind = ReadStateGroupKind(value);
+    } else if (member.key == "layer_ids") {
+      group.layer_ids = ReadLayerIds(value, member.key);
+    } else if (member.key == "state_update") {
+      group.state_update_json = json::Serialize(RequireObject(value, member.key));
+    } else if (member.key == "bindings") {
+      FailAt(value, std::string(kStateGroupsPath) +
+                        ":bindings:Legacy decoder state group bindings are no longer supported; move binding "
+                        "templates to model.decoder.inputs and model.decoder.outputs");
+    } else {
+      FailUnknownKey(kStateGroupsPath, member);
+    }
+  }
+  return group;
+}
+
+std::vector<ParsedStateGroup> ParseStateGroups(const Value& value) {
+  if (!value.is_array()) FailAt(value, "state_groups must be a list");
+  std::vector<ParsedStateGroup> groups;
+  groups.reserve(value.elements().size());
+  for (const Value& entry : value.elements()) groups.push_back(ParseStateGroup(entry));
+  return groups;
+}
+
+// The binding templates a group kind uses: {binding name, input template, output template}.
+struct GroupBinding {
+  const char* name;
+  const std::string* input_template;
+  const std::string* output_template;
+};
+
+std::vector<GroupBinding> BindingsOf(StateGroupKind kind, const DecoderConfig& decoder) {
+  switch (kind) {
+    case StateGroupKind::kPagedKv:
+      return {{"key", &decoder.inputs.past_key_names, &decoder.outputs.present_key_names},
+              {"value", &decoder.inputs.past_value_names, &decoder.outputs.present_value_names}};
+    case StateGroupKind::kFixedConv:
+      return {{"state", &decoder.inputs.past_conv_names, &decoder.outputs.present_conv_names}};
+    case StateGroupKind::kFixedRecurrent:
+      return {{"state", &decoder.inputs.past_recurrent_names, &decoder.outputs.present_recurrent_names}};
+  }
+  return {};
+}
+
+// OGA 0.18's manifest checks, with its texts (unpositioned: they run after parsing).
+std::vector<StateGroup> ValidateStateGroups(const std::vector<ParsedStateGroup>& parsed, const DecoderConfig& decoder) {
+  if (parsed.empty()) throw std::runtime_error("model.decoder.state_groups must not be empty");
+  std::vector<StateGroup> groups;
+  groups.reserve(parsed.size());
+  std::unordered_set<int32_t> paged_layers;
+  std::unordered_set<std::string> resolved_names;
+  bool any_state_update = false;
+  bool any_fixed_without_state_update = false;
+  for (size_t index = 0; index < parsed.size(); ++index) {
+    const ParsedStateGroup& entry = parsed[index];
+    const std::string prefix = "model.decoder.state_groups[" + std::to_string(index) + "] (";
+    if (!entry.kind) throw std::runtime_error(prefix + "invalid) is missing kind");
+    const StateGroupKind kind = *entry.kind;
+    const std::string where = prefix + StateGroupKindName(kind) + ")";
+    const bool fixed = kind != StateGroupKind::kPagedKv;
+    if (entry.state_update_json && !fixed) {
+      throw std::runtime_error(where + " only fixed state groups support state_update");
+    }
+    if (fixed) {
+      (entry.state_update_json ? any_state_update : any_fixed_without_state_update) = true;
+    }
+    if (entry.layer_ids.empty()) throw std::runtime_error(where + " must contain at least one layer_id");
+    std::unordered_set<int32_t> seen;
+    for (const int32_t layer_id : entry.layer_ids) {
+      if (layer_id < 0 || layer_id >= decoder.num_hidden_layers) {
+        throw std::runtime_error(where + " has layer_id " + std::to_string(layer_id) +
+                                 " outside [0, num_hidden_layers)");
+      }
+      if (!seen.insert(layer_id).second) {
+        throw std::runtime_error(where + " contains duplicate layer_id " + std::to_string(layer_id));
+      }
+    }
+    const std::vector<GroupBinding> bindings = BindingsOf(kind, decoder);
+    for (const GroupBinding& binding : bindings) {
+      for (const auto& [direction, name_template] :
+           {std::pair<const char*, const std::string*>{"input", binding.input_template},
+            std::pair<const char*, const std::string*>{"output", binding.output_template}}) {
+        if (!IsLayerTemplate(*name_template)) {
+          throw std::runtime_error(where + " binding '" + binding.name + "' has malformed " + direction +
+                                   " template '" + *name_template + "'; expected exactly one %d");
+        }
+      }
+    }
+    if (kind == StateGroupKind::kPagedKv) {
+      for (const int32_t layer_id : entry.layer_ids) {
+        if (!paged_layers.insert(layer_id).second) {
+          throw std::runtime_error(where + " overlaps another paged_kv group at layer_id " + std::to_string(layer_id));
+        }
+      }
+    }
+    for (const int32_t layer_id : entry.layer_ids) {
+      for (const GroupBinding& binding : bindings) {
+        for (const std::string* name_template : {binding.input_template, binding.output_template}) {
+          const std::string name = ExpandLayerTemplate(*name_template, layer_id);
+          if (!resolved_names.insert(name).second) {
+            throw std::runtime_error(where + " resolves more than one binding to '" + name + "'");
+          }
+        }
+      }
+    }
+    StateGroup group;
+    group.kind = kind;
+    group.layer_ids = entry.layer_ids;
+    if (entry.state_update_json) group.state_update_json = *entry.state_update_json;
+    groups.push_back(std::move(group));
+  }
+  if (any_state_update && any_fixed_without_state_update) {
+    throw std::runtime_error("All fixed state groups must declare state_update when any fixed group declares it");
+  }
+  return groups;
+}
+
+// Decoder keys not read here (pipeline, vision/speech companions, ...) are tolerated: they belong
+// to OGA model kinds outside the engine core.
+void ParseDecoderSection(const Value& decoder_section, DecoderConfig& decoder,
+                         std::optional<std::vector<ParsedStateGroup>>& state_groups) {
+  for (const Member& member : decoder_section.members()) {
+    const std::string& key = member.key;
+    const Value& value = member.value;
+    if (key == "filename") {
+      decoder.filename = ReadString(value, key);
+    } else if (key == "head_size") {
+      decoder.head_size = ReadNonNegativeInt(value, key);
+    } else if (key == "hidden_size") {
+      decoder.hidden_size = ReadNonNegativeInt(value, key);
+    } else if (key == "num_attention_heads") {
+      decoder.num_attention_heads = ReadNonNegativeInt(value, key);
+    } else if (key == "num_hidden_layers") {
+      decoder.num_hidden_layers = ReadNonNegativeInt(value, key);
+      // Layer ids are int32 and the legacy manifest lists every layer; no decoder comes close.
+      if (decoder.num_hidden_layers > kMaxHiddenLayers) FailAt(value, "num_hidden_layers is out of range");
+    } else if (key == "num_key_value_heads") {
+      decoder.num_key_value_heads = ReadNonNegativeInt(value, key);
+    } else if (key == "session_options") {
+      decoder.session_options_json = json::Serialize(RequireObject(value, key));
+    } else if (key == "sliding_window") {
+      decoder.sliding_window = ParseSlidingWindow(RequireObject(value, key));
+    } else if (key == "inputs") {
+      ParseNameMap(RequireObject(value, key), kInputNameKeys, decoder.inputs);
+    } else if (key == "outputs") {
+      ParseNameMap(RequireObject(value, key), kOutputNameKeys, decoder.outputs);
+    } else if (key == "state_groups") {
+      state_groups = ParseStateGroups(value);
+    }
+  }
+}
+
 // ---- model ----
 
 std::vector<int32_t> ReadEosTokenIds(const Value& value) {
@@ -121,7 +384,8 @@ std::vector<int32_t> ReadEosTokenIds(const Value& value) {
   return ids;
 }
 
-void ParseModelSection(const Value& model, ModelConfig& config) {
+void ParseModelSection(const Value& model, ModelConfig& config,
+                       std::optional<std::vector<ParsedStateGroup>>& state_groups) {
   for (const Member& member : model.members()) {
     const std::string& key = member.key;
     const Value& value = member.value;
@@ -138,7 +402,7 @@ void ParseModelSection(const Value& model, ModelConfig& config) {
     } else if (key == "pad_token_id") {
       config.pad_token_id = ReadInt32(value, key);
     } else if (key == "decoder") {
-      RequireObject(value, key);  // its contents are read by the decoder-IO parser
+      ParseDecoderSection(RequireObject(value, key), config.decoder, state_groups);
     }
     // Every other model key (sep_token_id, embedding, vision, speech, ...) belongs to model kinds
     // or loaders outside the engine core; OGA accepts them, so they pass through untyped.
@@ -299,14 +563,52 @@ void ValidateVocabulary(const ModelConfig& config) {
 
 }  // namespace
 
-ModelConfig ParseModelConfig(const std::string& json_text) {
-  const Value root = json::Parse(json_text);
+const char* StateGroupKindName(StateGroupKind kind) {
+  switch (kind) {
+    case StateGroupKind::kPagedKv:
+      return "paged_kv";
+    case StateGroupKind::kFixedConv:
+      return "fixed_conv";
+    case StateGroupKind::kFixedRecurrent:
+      return "fixed_recurrent";
+  }
+  return "invalid";
+}
+
+bool IsLayerTemplate(const std::string& name_template) {
+  size_t count = 0;
+  for (size_t at = name_template.find("%d"); at != std::string::npos; at = name_template.find("%d", at + 2)) ++count;
+  return count == 1;
+}
+
+std::string ExpandLayerTemplate(const std::string& name_template, int32_t layer_id) {
+  std::string name = name_template;
+  const size_t at = name.find("%d");
+  if (at != std::string::npos) name.replace(at, 2, std::to_string(layer_id));
+  return name;
+}
+
+std::vector<StateGroup> EffectiveStateGroups(const DecoderConfig& decoder) {
+  if (decoder.state_groups) return *decoder.state_groups;
+  StateGroup dense;
+  dense.kind = StateGroupKind::kPagedKv;
+  for (int64_t layer = 0; layer < decoder.num_hidden_layers; ++layer) {
+    dense.layer_ids.push_back(static_cast<int32_t>(layer));
+  }
+  return {std::move(dense)};
+}
+
+ModelConfig ParseModelConfig(const std::string& json_text) { return ParseModelConfig(json::Parse(json_text)); }
+
+ModelConfig ParseModelConfig(const Value& root) {
   if (!root.is_object()) FailAt(root, "The configuration must be a JSON object");
 
   ModelConfig config;
+  // Manifest checks need the whole decoder section (templates may follow state_groups).
+  std::optional<std::vector<ParsedStateGroup>> state_groups;
   for (const Member& member : root.members()) {
     if (member.key == "model") {
-      ParseModelSection(RequireObject(member.value, member.key), config);
+      ParseModelSection(RequireObject(member.value, member.key), config, state_groups);
     } else if (member.key == "search") {
       ParseSearchSection(RequireObject(member.value, member.key), config.search);
     } else if (member.key == "engine") {
@@ -317,6 +619,7 @@ ModelConfig ParseModelConfig(const std::string& json_text) {
     // Other top-level sections (e.g. "speculative", "embedding") are OGA features the engine core
     // does not read; OGA accepts them, so they are skipped.
   }
+  if (state_groups) config.decoder.state_groups = ValidateStateGroups(*state_groups, config.decoder);
   ValidateVocabulary(config);
   return config;
 }

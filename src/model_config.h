@@ -8,6 +8,9 @@
 #include <vector>
 
 namespace oga {
+namespace json {
+class Value;
+}
 
 // model.search: defaults for every request and turn.
 struct SearchConfig {
@@ -35,6 +38,75 @@ struct DynamicBatchingConfig {
   bool prefix_caching = false;
 };
 
+// model.decoder.inputs: graph input names (keys and defaults of OGA 0.18). `%d` in a template
+// stands for the logical layer id.
+struct DecoderInputNames {
+  std::string input_ids = "input_ids";
+  std::string position_ids = "position_ids";
+  std::string cumulative_sequence_lengths = "cumulative_sequence_lengths";
+  std::string past_sequence_lengths = "past_sequence_lengths";
+  std::string block_table = "block_table";
+  std::string block_table_windowed = "block_table_windowed";
+  std::string attention_metadata = "attention_metadata";
+  std::string logits_indices;  // "" = the graph has none
+  std::string past_key_names = "past_key_values.%d.key";
+  std::string past_value_names = "past_key_values.%d.value";
+  std::string past_key_scale_names;    // "" = none
+  std::string past_value_scale_names;  // "" = none
+  std::string past_conv_names = "past_key_values.%d.conv_state";
+  std::string past_recurrent_names = "past_key_values.%d.recurrent_state";
+  std::string state_update_capture_count = "state_update_capture_count";
+  std::string state_update_active = "state_update_active";
+};
+
+// model.decoder.outputs.
+struct DecoderOutputNames {
+  std::string logits = "logits";
+  std::string present_key_names = "present.%d.key";
+  std::string present_value_names = "present.%d.value";
+  std::string present_key_scale_names;    // "" = none
+  std::string present_value_scale_names;  // "" = none
+  std::string present_conv_names = "present.%d.conv_state";
+  std::string present_recurrent_names = "present.%d.recurrent_state";
+  std::string state_update_conv_value_names = "state_update.%d.conv_value";
+  std::string state_update_recurrent_capsule_names = "state_update.%d.recurrent_capsule";
+};
+
+// model.decoder.sliding_window. Keys beyond window_size and layers are kept only in `json`.
+struct SlidingWindowConfig {
+  int64_t window_size = 0;
+  std::vector<int32_t> layers;
+  std::string json;  // the whole object, compact
+};
+
+enum class StateGroupKind { kPagedKv, kFixedConv, kFixedRecurrent };
+
+// "paged_kv", "fixed_conv", "fixed_recurrent".
+const char* StateGroupKindName(StateGroupKind kind);
+
+// One entry of model.decoder.state_groups.
+struct StateGroup {
+  StateGroupKind kind = StateGroupKind::kPagedKv;
+  std::vector<int32_t> layer_ids;  // as written (validated: in range, no duplicates, non-empty)
+  std::string state_update_json;   // "" when absent; fixed groups only
+};
+
+struct DecoderConfig {
+  std::string filename = "model.onnx";
+  int64_t head_size = 0;  // 0 = absent, as for the other sizes
+  int64_t hidden_size = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_key_value_heads = 0;
+  std::string session_options_json;  // "" when absent; any object content is accepted
+  std::optional<SlidingWindowConfig> sliding_window;
+  DecoderInputNames inputs;
+  DecoderOutputNames outputs;
+  // The explicit manifest; nullopt = absent (legacy dense paged KV over 0..num_hidden_layers-1,
+  // see EffectiveStateGroups -- no synthetic group is inserted here).
+  std::optional<std::vector<StateGroup>> state_groups;
+};
+
 struct ModelConfig {
   // model.*
   std::string model_type;
@@ -43,6 +115,7 @@ struct ModelConfig {
   std::vector<int32_t> eos_token_ids;  // eos_token_id may be an int or a list
   int32_t bos_token_id = 0;
   int32_t pad_token_id = 0;
+  DecoderConfig decoder;
   SearchConfig search;
   // engine.*: dynamic batching is selected iff present with at least one recognised key.
   std::optional<DynamicBatchingConfig> dynamic_batching;
@@ -52,9 +125,22 @@ struct ModelConfig {
   int64_t test_max_block_table_columns = 0;
 };
 
-// Parses a genai_config.json document. Throws std::runtime_error whose message starts with
-// "JSON Error: " and ends with " at line L index I" for syntax errors, unknown keys and invalid
-// values (the OGA 0.18 message shape).
+// Parses a genai_config.json document. Throws json::Error (a std::runtime_error) whose message
+// starts with "JSON Error: " and ends with " at line L index I" for syntax errors, unknown keys
+// and invalid values (the OGA 0.18 message shape); whole-config checks (vocabulary, state-group
+// manifest) throw std::runtime_error with OGA's unpositioned texts.
 ModelConfig ParseModelConfig(const std::string& json_text);
+// The same for an already parsed (possibly merged) document.
+ModelConfig ParseModelConfig(const json::Value& root);
+
+// The state groups the decoder runs with: the explicit manifest, or the legacy dense paged_kv
+// group over 0..num_hidden_layers-1 when there is none.
+std::vector<StateGroup> EffectiveStateGroups(const DecoderConfig& decoder);
+
+// Expands a name template for one logical layer (its single %d replaced by the id). Templates
+// are checked for exactly one %d when parsed (explicit manifests) or before expansion (legacy).
+std::string ExpandLayerTemplate(const std::string& name_template, int32_t layer_id);
+// True when `name_template` contains exactly one "%d" and no other '%' conversion.
+bool IsLayerTemplate(const std::string& name_template);
 
 }  // namespace oga

@@ -45,7 +45,8 @@ RELEASE = ctypes.CFUNCTYPE(None, c_void_p)
 
 
 class Executor(Structure):
-    _fields_ = [("per_token_logits", c_int32), ("max_block_table_columns", c_size_t), ("model_data", c_void_p),
+    _fields_ = [("per_token_logits", c_int32), ("max_block_table_columns", c_size_t), ("bytes_per_block", c_size_t),
+                ("model_data", c_void_p),
                 ("open_engine", OPEN), ("execute", EXECUTE), ("close_engine", CLOSE), ("release_model", RELEASE)]
 
 
@@ -70,7 +71,7 @@ class PyExecutor:
         self.c_release = RELEASE(self._release)
 
     def table(self):
-        return Executor(int(self.per_token), 0, None, self.c_open, self.c_execute, self.c_close, self.c_release)
+        return Executor(int(self.per_token), 0, 0, None, self.c_open, self.c_execute, self.c_close, self.c_release)
 
     def _open(self, model_data, geometry, engine_data, message, capacity):
         g = geometry.contents

@@ -98,11 +98,24 @@ OGA_EXPORT void OGA_API_CALL OgaDestroyResult(OgaResult* result);
 /* ---------------------------------------------------------------------------------------------
  * Models
  * ------------------------------------------------------------------------------------------- */
-/* Loads an OGA model directory (genai_config.json + ONNX). Any thread. Loading ONNX directories
- * needs the ONNX Runtime executor, registered by the Python package; until then it fails. */
+/* Loads an OGA model directory (genai_config.json + ONNX). Any thread. The ONNX Runtime executor
+ * is registered by the Python package (import oga); without it, loading fails. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaCreateModel(const char* config_path, OgaModel** out);
 /* Releases the caller's reference; engines created from the model keep it alive. NULL-safe. */
 OGA_EXPORT void OGA_API_CALL OgaDestroyModel(OgaModel* model);
+
+/* Configuration of a model directory, to adjust before creating the model. Any thread. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaCreateConfig(const char* config_path, OgaConfig** out);
+OGA_EXPORT void OGA_API_CALL OgaDestroyConfig(OgaConfig* config);
+/* Merges `json` into the configuration (objects merge key by key, other values replace). The
+ * merged copy is validated in full and published only on success. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaConfigOverlay(OgaConfig* config, const char* json);
+/* Execution providers of model.decoder.session_options.provider_options. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaConfigClearProviders(OgaConfig* config);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaConfigAppendProvider(OgaConfig* config, const char* provider);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaConfigSetProviderOption(OgaConfig* config, const char* provider, const char* key,
+                                                              const char* value);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaCreateModelFromConfig(const OgaConfig* config, OgaModel** out);
 
 /* Seed-era request defaults (only used by OgaExtEngineCreateRequestWithParams). Any thread. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaCreateGeneratorParams(const OgaModel* model, OgaGeneratorParams** out);

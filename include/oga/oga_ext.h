@@ -76,6 +76,9 @@ typedef struct OgaExtModelExecutor {
   int32_t per_token_logits;
   /* Widest block table the executor can take (0 = unlimited); wider requests are unserviceable. */
   size_t max_block_table_columns;
+  /* Bytes one KV block occupies over every paged layer (keys and values), for sizing the block
+   * pool from engine.dynamic_batching.gpu_utilization_factor. 0 = unknown (num_blocks required). */
+  size_t bytes_per_block;
   void* model_data;
   /* Allocates per-engine state (caches) for `geometry`. Writes a NUL-terminated reason into
    * `message` on failure. */
@@ -93,6 +96,53 @@ typedef struct OgaExtModelExecutor {
  * Any thread. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtCreateModelWithExecutor(const char* config_json, const OgaExtModelExecutor* executor,
                                                                   OgaModel** out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Model loading
+ *
+ * OgaCreateModel / OgaCreateModelFromConfig parse and validate genai_config.json in the core, then
+ * hand the decoder's resolved graph names to the registered model loader, which opens the ONNX
+ * session, checks those names against it (dtype, rank, geometry; errors name the file, the tensor
+ * and what was expected) and returns the executor. The Python package registers its ONNX Runtime
+ * loader when it is imported; without a loader, loading a model directory fails.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct OgaExtDecoderNames {
+  const char* model_directory;   /* directory of genai_config.json (UTF-8) */
+  const char* config_json;       /* the effective configuration, overlays applied, as JSON text */
+  const char* decoder_filename;  /* model.decoder.filename, relative to model_directory */
+  /* Graph input names (0.18 defaults where the config names none). Optional inputs are looked up
+   * and bound only if the graph declares them. */
+  const char* input_ids;
+  const char* position_ids;
+  const char* cumulative_sequence_lengths;
+  const char* past_sequence_lengths;
+  const char* block_table;
+  const char* block_table_windowed;
+  const char* attention_metadata;
+  const char* logits_indices; /* "" when the config names none */
+  const char* logits;         /* output */
+  /* The paged_kv group: logical layer ids and their expanded cache names, in layer order. */
+  size_t num_paged_layers;
+  const int32_t* paged_layer_ids;
+  const char* const* past_key_names;
+  const char* const* past_value_names;
+  const char* const* present_key_names;
+  const char* const* present_value_names;
+  size_t block_size;  /* engine.dynamic_batching.block_size; 0 without dynamic batching */
+  size_t vocab_size;
+} OgaExtDecoderNames;
+
+/* Fills *executor (its model_data then belongs to the model). Runs on the thread that loads the
+ * model, without the GIL. Returns Ok, or Fatal with a NUL-terminated reason in `message`. */
+typedef OgaExtExecutionStatus (*OgaExtModelLoader)(const OgaExtDecoderNames* names, OgaExtModelExecutor* executor,
+                                                   char* message, size_t message_capacity);
+/* Registers the loader (NULL unregisters). Any thread; models being loaded keep the previous one. */
+OGA_EXPORT void OGA_API_CALL OgaExtSetModelLoader(OgaExtModelLoader loader);
+
+/* The configuration's effective genai_config.json (overlays and provider edits applied) as compact
+ * JSON text, the same text a loader receives as OgaExtDecoderNames.config_json. *out is owned by
+ * the config and valid until its next successful edit or its destruction. Any thread. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaExtConfigGetJson(const OgaConfig* config, const char** out);
 
 /* ---------------------------------------------------------------------------------------------
  * Built-in deterministic test model

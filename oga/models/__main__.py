@@ -1,0 +1,88 @@
+"""python -m oga.models build --input PATH | --random [...] --output DIR [--target cpu|cuda] [...]"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _positive(text):
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m oga.models",
+                                     description="Build OGA model directories for oga and onnxruntime-genai.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build a model directory (model.onnx + genai_config.json + tokenizer)")
+    src = b.add_mutually_exclusive_group(required=True)
+    src.add_argument("--input", "-i", metavar="PATH",
+                     help="GGUF file, or Hugging Face directory with config.json and *.safetensors")
+    src.add_argument("--random", action="store_true", help="random weights of the shape given below")
+    b.add_argument("--output", "-o", required=True, metavar="DIR", help="output directory")
+    b.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu: fp32 standard-op paged attention; cuda: fp16 PagedAttention (default cpu)")
+    b.add_argument("--block-size", type=_positive, help="KV block size (default 16 on cpu, 256 on cuda)")
+    b.add_argument("--num-blocks", type=_positive,
+                   help="KV blocks per layer (cpu default: max-batch-size full-length requests)")
+    b.add_argument("--max-batch-size", type=_positive, default=16)
+    b.add_argument("--max-scheduled-tokens", type=_positive, default=512)
+    b.add_argument("--context-length", type=_positive,
+                   help="max tokens per request (default: the model's, capped at 4096 on cpu)")
+    logits = b.add_mutually_exclusive_group()
+    logits.add_argument("--per-token-logits", action="store_true",
+                        help="emit logits for every packed token (draft verification)")
+    logits.add_argument("--logits-indices", action="store_true",
+                        help="add a logits_indices input selecting the rows that reach the LM head")
+    r = b.add_argument_group("random model shape (with --random)")
+    r.add_argument("--architecture", choices=("llama", "qwen2", "mistral"), default="llama")
+    r.add_argument("--layers", type=_positive, default=2)
+    r.add_argument("--hidden", type=_positive, default=64)
+    r.add_argument("--heads", type=_positive, default=4)
+    r.add_argument("--kv-heads", type=_positive, default=2)
+    r.add_argument("--head-dim", type=_positive, help="default hidden / heads")
+    r.add_argument("--vocab", type=_positive, default=256)
+    r.add_argument("--intermediate", type=_positive, help="default 4 x hidden")
+    r.add_argument("--max-position", type=_positive, default=4096, help="model context length")
+    r.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def random_spec_from_args(args):
+    from .spec import DecoderSpec
+    if args.hidden % args.heads and args.head_dim is None:
+        raise ValueError(f"--hidden {args.hidden} is not a multiple of --heads {args.heads}; give --head-dim")
+    spec = DecoderSpec(
+        architecture=args.architecture, vocab_size=args.vocab, hidden_size=args.hidden,
+        intermediate_size=args.intermediate or 4 * args.hidden, num_layers=args.layers,
+        num_heads=args.heads, num_kv_heads=args.kv_heads, head_dim=args.head_dim or args.hidden // args.heads,
+        rope_theta=10000.0, rope_scaling=None, rms_norm_eps=1e-5, context_length=args.max_position,
+        tie_word_embeddings=False, qkv_bias=args.architecture == "qwen2", sliding_window=None,
+        bos_token_id=min(1, args.vocab - 1), eos_token_ids=[min(2, args.vocab - 1)], pad_token_id=0)
+    spec.check()
+    return spec
+
+
+def main(argv=None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    from .build import build
+    try:
+        spec = random_spec_from_args(args) if args.random else None
+        out = build(None if args.random else args.input, args.output, target=args.target,
+                    block_size=args.block_size, num_blocks=args.num_blocks,
+                    max_batch_size=args.max_batch_size, max_scheduled_tokens=args.max_scheduled_tokens,
+                    context_length=args.context_length, per_token_logits=args.per_token_logits,
+                    logits_indices=args.logits_indices, random_spec=spec, seed=args.seed, progress=True)
+    except (ValueError, FileNotFoundError, NotImplementedError, OSError) as exc:
+        print(f"python -m oga.models build: error: {exc}", file=sys.stderr)
+        return 2
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

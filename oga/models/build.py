@@ -1,0 +1,147 @@
+"""Build an OGA model directory (ONNX decoder + genai_config.json + tokenizer files).
+
+    oga.models.build("SmolLM2-135M-Instruct.Q4_1.gguf", "out/smollm2")           # GGUF file
+    oga.models.build("path/to/hf_dir", "out/qwen", target="cuda")                 # config.json + safetensors
+    oga.models.build(None, "out/tiny", random_spec=tiny_spec())                   # random weights
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from . import genai_config as cfg
+from .spec import DecoderSpec, LoadedModel
+
+MODEL_FILENAME = "model.onnx"
+EXTERNAL_DATA_THRESHOLD = 1_500_000_000        # bytes of initializers above which weights go to model.onnx.data
+
+
+def _say(progress, message):
+    if progress:
+        print(f"[oga.models] {message}", file=sys.stderr, flush=True)
+
+
+def load_source(source, *, random_spec: DecoderSpec | None = None, seed: int = 0) -> LoadedModel:
+    """A LoadedModel from a GGUF file, an HF directory (config.json + *.safetensors) or random weights."""
+    if source is None:
+        if random_spec is None:
+            raise ValueError("build needs a source (GGUF file or Hugging Face directory) or random_spec")
+        from .random_weights import random_model
+        return random_model(random_spec, seed=seed)
+    if random_spec is not None:
+        raise ValueError("pass either a source or random_spec, not both")
+    path = os.fspath(source)
+    if os.path.isdir(path):
+        if not os.path.exists(os.path.join(path, "config.json")):
+            raise FileNotFoundError(f"{path}: a Hugging Face model directory needs config.json")
+        from .safetensors_loader import load_safetensors
+        return load_safetensors(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise ValueError(f"{path}: not a GGUF file (magic {magic!r}) and not a directory")
+    from .gguf_loader import load_gguf
+    return load_gguf(path)
+
+
+def build_graph(loaded: LoadedModel, *, target: str, block_size: int, context_length: int,
+                per_token_logits: bool = False, logits_indices: bool = False):
+    """The decoder ModelProto for `target` ("cpu" or "cuda")."""
+    if target == "cpu":
+        from .onnx_cpu import build_cpu_graph
+        return build_cpu_graph(loaded.spec, loaded.weights, block_size=block_size,
+                               per_token_logits=per_token_logits, logits_indices=logits_indices)
+    if target == "cuda":
+        from .onnx_cuda import build_cuda_graph
+        return build_cuda_graph(loaded.spec, loaded.weights, block_size=block_size,
+                                context_length=context_length, per_token_logits=per_token_logits,
+                                logits_indices=logits_indices)
+    raise ValueError(f"target must be 'cpu' or 'cuda', got {target!r}")
+
+
+def save_model(model, output_dir: str, filename: str = MODEL_FILENAME) -> str:
+    """Write the ModelProto; weights go to `<filename>.data` when they exceed 1.5 GB."""
+    import onnx
+    path = os.path.join(output_dir, filename)
+    data = path + ".data"
+    if os.path.exists(data):
+        os.remove(data)
+    size = sum(len(t.raw_data) for t in model.graph.initializer)
+    if size > EXTERNAL_DATA_THRESHOLD:
+        onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=os.path.basename(data), size_threshold=1024)
+    else:
+        onnx.save_model(model, path)
+    return path
+
+
+def write_tokenizer_files(loaded: LoadedModel, output_dir: str) -> list[str]:
+    """tokenizer.json, tokenizer_config.json, special_tokens_map.json when the source has them."""
+    written = []
+    if loaded.tokenizer_json is not None:
+        with open(os.path.join(output_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
+            f.write(loaded.tokenizer_json)
+        written.append("tokenizer.json")
+    if loaded.tokenizer_config is not None:
+        with open(os.path.join(output_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+            json.dump(loaded.tokenizer_config, f, indent=2, ensure_ascii=False)
+        written.append("tokenizer_config.json")
+        from .tokenizer_export import special_tokens_map
+        with open(os.path.join(output_dir, "special_tokens_map.json"), "w", encoding="utf-8") as f:
+            json.dump(special_tokens_map(loaded.tokenizer_config), f, indent=2, ensure_ascii=False)
+        written.append("special_tokens_map.json")
+    return written
+
+
+def build(source, output_dir, *, target: str = "cpu", block_size: int | None = None,
+          num_blocks: int | None = None, max_batch_size: int = cfg.DEFAULT_MAX_BATCH_SIZE,
+          max_scheduled_tokens: int = cfg.DEFAULT_MAX_SCHEDULED_TOKENS, context_length: int | None = None,
+          per_token_logits: bool = False, logits_indices: bool = False,
+          random_spec: DecoderSpec | None = None, seed: int = 0, progress: bool = False) -> str:
+    """Build a model directory at `output_dir` and return its path.
+
+    `source`: a GGUF file, a Hugging Face directory (config.json + *.safetensors), or None with
+    `random_spec` (random weights drawn from `seed`). `target` "cpu" (fp32, standard ops, block
+    size 16 by default) or "cuda" (fp16 PagedAttention, block size 256 by default).
+    `context_length` defaults to the model's, capped at 4096 on CPU. On CPU `num_blocks` defaults
+    to enough blocks for `max_batch_size` requests of `context_length` tokens.
+    """
+    if target not in ("cpu", "cuda"):
+        raise ValueError(f"target must be 'cpu' or 'cuda', got {target!r}")
+    if per_token_logits and logits_indices:
+        raise ValueError("per_token_logits and logits_indices are mutually exclusive")
+    block_size = int(block_size or (cfg.CPU_BLOCK_SIZE if target == "cpu" else cfg.CUDA_BLOCK_SIZE))
+    output_dir = os.fspath(output_dir)
+
+    start = time.perf_counter()
+    _say(progress, f"loading {'random weights' if source is None else source}")
+    loaded = load_source(source, random_spec=random_spec, seed=seed)
+    spec = loaded.spec
+    context_length = int(context_length or cfg.default_context_length(spec, target))
+    _say(progress, f"{spec.architecture}: {spec.num_layers} layers, hidden {spec.hidden_size}, "
+                   f"{spec.num_heads}/{spec.num_kv_heads} heads, vocab {spec.vocab_size}; "
+                   f"building the {target} graph (block size {block_size}, context {context_length})")
+    config = cfg.make_genai_config(spec, filename=MODEL_FILENAME, target=target,
+                                   context_length=context_length, block_size=block_size,
+                                   num_blocks=num_blocks, max_batch_size=max_batch_size,
+                                   max_scheduled_tokens=max_scheduled_tokens,
+                                   logits_indices=logits_indices)
+    model = build_graph(loaded, target=target, block_size=block_size, context_length=context_length,
+                        per_token_logits=per_token_logits, logits_indices=logits_indices)
+    del loaded.weights                                    # the graph holds its own copies
+
+    os.makedirs(output_dir, exist_ok=True)
+    _say(progress, f"writing {os.path.join(output_dir, MODEL_FILENAME)}")
+    save_model(model, output_dir)
+    del model
+    with open(os.path.join(output_dir, "genai_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=4)
+    written = write_tokenizer_files(loaded, output_dir)
+    _say(progress, f"done in {time.perf_counter() - start:.1f} s: model.onnx, genai_config.json"
+                   + "".join(f", {name}" for name in written))
+    return output_dir

@@ -1,0 +1,484 @@
+"""CPU decoder graph: a Llama-family decoder with a paged KV cache in standard ONNX ops (fp32).
+
+The graph follows OGA's paged input/output contract (reference E.2), so the same model directory
+runs under oga and under onnxruntime_genai 0.18's Engine:
+
+    input_ids                    int64 [num_tokens]          packed tokens of every row
+    cumulative_sequence_lengths  int32 [batch_size + 1]      row r owns tokens cu[r] .. cu[r+1]-1
+    past_sequence_lengths        int32 [batch_size]          tokens already in the cache per row
+    block_table                  int32 [batch_size, max_blocks]
+    attention_metadata           int32 [3]                   declared for the contract, not read:
+                                                             every bound is derived from the above
+    logits_indices               int32 [num_logits]          (optional) packed rows to emit
+    past_key_values.%d.key/value float32 [num_blocks, block_size, kv_heads, head_dim]
+
+    logits                       float32 [batch_size, vocab] last token of each row
+                                 or [num_logits, vocab] (logits_indices) / [num_tokens, vocab]
+    present.%d.key/value         the caches, each the direct output of a ScatterND whose data
+                                 input is the matching graph input: bind past and present to one
+                                 buffer and ONNX Runtime updates it in place (no copy per step)
+
+Token t of row r sits at position p = past[r] + (t - cu[r]); its key/value go to block
+block_table[r][p // block_size], slot p % block_size, and it attends to positions 0..p of its own
+row (and to the last `sliding_window` of them when the spec has a window).
+
+Attention runs per row group, never per token: the index tensors of a step are computed once
+(`_step_indices`) and shared by every layer. Rows with one query token (decodes) form one group,
+rows with several (prefill chunks) another. A group gathers each of its rows' keys from the cache
+once ([rows, L, kv_heads, head_dim], L = the group's longest context rounded up to blocks), pads
+its queries to the group's longest query, and runs one batched masked attention. A mixed step
+therefore costs decodes x 1 x L_decode + prefills x Q x L_prefill score entries, not
+rows x max_query x max_kv. Either group may be empty; every shape is computed with
+allowzero-safe Reshapes so zero-row groups run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .spec import DecoderSpec
+
+OPSET = 17
+IR_VERSION = 8
+NEG_INF = -1e30        # masked score: finite, so fully masked (padding) query rows stay NaN-free
+
+INPUT_IDS = "input_ids"
+CU_SEQLENS = "cumulative_sequence_lengths"
+PAST_SEQLENS = "past_sequence_lengths"
+BLOCK_TABLE = "block_table"
+ATTENTION_METADATA = "attention_metadata"
+LOGITS_INDICES = "logits_indices"
+LOGITS = "logits"
+PAST_KEY = "past_key_values.%d.key"
+PAST_VALUE = "past_key_values.%d.value"
+PRESENT_KEY = "present.%d.key"
+PRESENT_VALUE = "present.%d.value"
+
+
+# --------------------------------------------------------------------------------------------
+# RoPE frequencies (Hugging Face semantics), shared with the CUDA builder
+
+def rope_inv_freq(spec: DecoderSpec) -> np.ndarray:
+    """float64 [head_dim / 2] inverse frequencies with the spec's rope_scaling applied."""
+    d = spec.head_dim
+    inv = 1.0 / (float(spec.rope_theta) ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    scaling = spec.rope_scaling or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind in (None, "default"):
+        return inv
+    if kind == "linear":
+        return inv / float(scaling["factor"])
+    if kind == "llama3":
+        factor = float(scaling["factor"])
+        low = float(scaling.get("low_freq_factor", 1.0))
+        high = float(scaling.get("high_freq_factor", 4.0))
+        old_len = float(scaling.get("original_max_position_embeddings", 8192))
+        wavelen = 2.0 * np.pi / inv
+        low_wavelen, high_wavelen = old_len / low, old_len / high
+        scaled = np.where(wavelen > low_wavelen, inv / factor, inv)
+        smooth = (old_len / wavelen - low) / (high - low)
+        smoothed = (1.0 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+        return np.where(medium, smoothed, scaled)
+    raise NotImplementedError(f"rope_scaling type {kind!r} is not supported by the graph builders "
+                              "(supported: default, linear, llama3)")
+
+
+# --------------------------------------------------------------------------------------------
+# A small graph-building helper
+
+class GraphBuilder:
+    """Collects nodes and initializers; `op` returns the output name(s) of the node it adds."""
+
+    def __init__(self):
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[onnx.ValueInfoProto] = []
+        self._names: set[str] = set()
+        self._consts: dict[tuple, str] = {}
+        self.scope = ""
+
+    def _unique(self, hint: str) -> str:
+        base = f"{self.scope}/{hint}" if self.scope else hint
+        name, n = base, 0
+        while name in self._names:
+            n += 1
+            name = f"{base}_{n}"
+        self._names.add(name)
+        return name
+
+    def input(self, name, elem_type, shape):
+        self._names.add(name)
+        self.inputs.append(helper.make_tensor_value_info(name, elem_type, shape))
+        return name
+
+    def output(self, name, elem_type, shape):
+        self.outputs.append(helper.make_tensor_value_info(name, elem_type, shape))
+
+    def initializer(self, name: str, array: np.ndarray) -> str:
+        self._names.add(name)
+        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def const(self, value, dtype=np.int64) -> str:
+        """A small constant initializer, deduplicated by value."""
+        arr = np.asarray(value, dtype=dtype)
+        key = (arr.dtype.str, arr.shape, arr.tobytes())
+        if key not in self._consts:
+            text = "_".join(str(v) for v in arr.reshape(-1)[:6]) if arr.size else "empty"
+            self._consts[key] = self.initializer(self._unique(f"const/{arr.dtype.name}/{text}"), arr)
+        return self._consts[key]
+
+    def op(self, op_type, inputs, hint=None, outputs=None, n_out=1, domain=None, **attrs):
+        node_name = self._unique(hint or op_type)
+        if outputs is None:
+            outputs = [node_name if n_out == 1 else f"{node_name}:{i}" for i in range(n_out)]
+            self._names.update(outputs)
+        kw = {"domain": domain} if domain else {}
+        self.nodes.append(helper.make_node(op_type, list(inputs), list(outputs), name=node_name,
+                                           **kw, **attrs))
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def model(self, graph_name, opsets, doc=""):
+        graph = helper.make_graph(self.nodes, graph_name, self.inputs, self.outputs,
+                                  initializer=self.initializers)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v)
+                                                        for d, v in opsets],
+                                  producer_name="oga.models", doc_string=doc)
+        model.ir_version = IR_VERSION
+        return model
+
+    # shorthands for index arithmetic
+    def i64(self, x):
+        return self.op("Cast", [x], "Cast", to=TensorProto.INT64)
+
+    def unsq(self, x, axes):
+        return self.op("Unsqueeze", [x, self.const(axes)], "Unsqueeze")
+
+    def shape_of(self, *parts):
+        """A 1-D int64 shape tensor from [1]-tensors and ints (for Reshape with allowzero=1)."""
+        names = [p if isinstance(p, str) else self.const([p]) for p in parts]
+        return names[0] if len(names) == 1 else self.op("Concat", names, "shape", axis=0)
+
+    def reshape(self, x, shape):
+        return self.op("Reshape", [x, shape], "Reshape", allowzero=1)
+
+
+# --------------------------------------------------------------------------------------------
+# Weights
+
+def _w(weights, name):
+    try:
+        return np.asarray(weights[name], dtype=np.float32)
+    except KeyError:
+        raise ValueError(f"weight {name!r} is missing") from None
+
+
+def fused_layer_weights(spec: DecoderSpec, weights, layer: int, dtype=np.float32, scale_query=True):
+    """HF-layout fused projections of one layer; with `scale_query` the query rows are pre-scaled
+    by 1/sqrt(head_dim) (RoPE is a rotation, so scaling before it equals scaling the scores).
+
+    Returns (qkv_w [q+2kv, H], qkv_b [q+2kv] or None, o_w [H, q], gate_up_w [2I, H], down_w [H, I]).
+    """
+    p = f"model.layers.{layer}."
+    scale = np.float32(1.0 / np.sqrt(spec.head_dim)) if scale_query else np.float32(1.0)
+    qkv_w = np.concatenate([_w(weights, p + "self_attn.q_proj.weight") * scale,
+                            _w(weights, p + "self_attn.k_proj.weight"),
+                            _w(weights, p + "self_attn.v_proj.weight")], axis=0)
+    qkv_b = None
+    if spec.qkv_bias:
+        qkv_b = np.concatenate([_w(weights, p + "self_attn.q_proj.bias") * scale,
+                                _w(weights, p + "self_attn.k_proj.bias"),
+                                _w(weights, p + "self_attn.v_proj.bias")], axis=0)
+    gate_up_w = np.concatenate([_w(weights, p + "mlp.gate_proj.weight"),
+                                _w(weights, p + "mlp.up_proj.weight")], axis=0)
+    cast = (lambda a: None if a is None else a.astype(dtype))
+    return (cast(qkv_w), cast(qkv_b), cast(_w(weights, p + "self_attn.o_proj.weight")),
+            cast(gate_up_w), cast(_w(weights, p + "mlp.down_proj.weight")))
+
+
+# --------------------------------------------------------------------------------------------
+# Per-step index tensors, computed once and shared by all layers
+
+@dataclass
+class RowGroup:
+    """One attention group of rows (all decode rows, or all multi-token rows)."""
+    token_index: str    # int64 [G] (decode) or [G, Q] (prefill): packed query token per slot
+    block_cols: str     # int32 [G, nb]: the group's block-table rows, cut to its longest context
+    kv_shape: str       # [G, L, kv_heads, D] with L = nb * block_size
+    mask: str           # bool [G, 1, Q*group, L]: query slot may attend to key position
+    kv_valid: str       # bool [G, 1, L, 1]: key position holds this row's data
+    q_shape: str        # [G, kv_heads, Q*group, D]        (prefill only)
+    out5_shape: str     # [G, kv_heads, Q, group, D]       (prefill only)
+    out_shape: str      # [G*Q, num_heads*D]
+    decode: bool
+
+
+@dataclass
+class StepIndices:
+    scatter_index: str  # int64 [N, 2]: (block, slot) of each packed token
+    cos: str            # float [N, 1, D/2]
+    sin: str
+    groups: list        # [decode RowGroup, prefill RowGroup]
+    back_index: str     # int64 [N]: row of concat(group outputs) holding token t
+
+
+def _step_indices(g: GraphBuilder, spec: DecoderSpec, block_size: int, inv_freq: np.ndarray) -> StepIndices:
+    g.scope = "step"
+    kvh, D = spec.num_kv_heads, spec.head_dim
+    grp = spec.num_heads // kvh
+    cu = g.i64(CU_SEQLENS)
+    past = g.i64(PAST_SEQLENS)
+    starts = g.op("Slice", [cu, g.const([0]), g.const([-1])], "starts")
+    ends = g.op("Slice", [cu, g.const([1]), g.const([2**62])], "ends")
+    qlen = g.op("Sub", [ends, starts], "query_lengths")
+    kvlen = g.op("Add", [past, qlen], "kv_lengths")
+    n = g.op("Shape", [INPUT_IDS], "num_tokens")                                   # [1]
+    t = g.op("Range", [g.const(0), g.op("Squeeze", [n, g.const([0])]), g.const(1)], "tokens")
+
+    # row of each packed token = number of rows that end at or before it
+    done = g.op("LessOrEqual", [g.unsq(ends, [0]), g.unsq(t, [1])], "rows_done")  # [N, B]
+    row = g.op("ReduceSum", [g.i64(done), g.const([1])], "token_row", keepdims=0)
+    offset = g.op("Sub", [t, g.op("Gather", [starts, row])], "token_offset")
+    pos = g.op("Add", [g.op("Gather", [past, row]), offset], "position")
+
+    # cache slot of each token: block_table[row][pos // bs], pos % bs
+    max_blocks = g.op("Slice", [g.op("Shape", [BLOCK_TABLE]), g.const([1]), g.const([2])], "max_blocks")
+    flat = g.op("Add", [g.op("Mul", [row, max_blocks]),
+                        g.op("Div", [pos, g.const(block_size)])], "block_flat_index")
+    block = g.i64(g.op("Gather", [g.reshape(BLOCK_TABLE, g.const([-1])), flat], "block_id"))
+    slot = g.op("Mod", [pos, g.const(block_size)], "slot")
+    scatter = g.op("Concat", [g.unsq(block, [1]), g.unsq(slot, [1])], "scatter_index", axis=1)
+
+    # RoPE angles for every token
+    angles = g.op("Mul", [g.unsq(g.op("Cast", [pos], to=TensorProto.FLOAT), [1]),
+                          g.const(inv_freq[None, :], np.float32)], "rope_angles")    # [N, D/2]
+    cos = g.unsq(g.op("Cos", [angles], "rope_cos"), [1])                             # [N, 1, D/2]
+    sin = g.unsq(g.op("Sin", [angles], "rope_sin"), [1])
+
+    # row groups: decode rows (one query token) and the rest
+    is_decode = g.op("Equal", [qlen, g.const(1)], "is_decode")
+    not_decode = g.op("Not", [is_decode], "is_prefill")
+    groups = []
+    for decode, selector in ((True, is_decode), (False, not_decode)):
+        g.scope = "step/decode" if decode else "step/prefill"
+        rows = g.op("Squeeze", [g.op("NonZero", [selector]), g.const([0])], "rows")  # [G]
+        count = g.op("Shape", [rows], "count")                                       # [1]
+        q = g.const([1]) if decode else g.op("ReduceMax", [qlen], "max_query", keepdims=1)
+        row_start = g.op("Gather", [starts, rows])
+        row_past = g.op("Gather", [past, rows])
+        if decode:
+            token_index = row_start                                                  # [G]
+            qpos = g.unsq(row_past, [1])                                             # [G, 1]
+        else:
+            i = g.op("Range", [g.const(0), g.op("Squeeze", [q, g.const([0])]), g.const(1)], "query_slots")
+            last = g.op("Sub", [n, g.const([1])])
+            token_index = g.op("Min", [g.op("Add", [g.unsq(row_start, [1]), g.unsq(i, [0])]), last],
+                               "token_index")                                        # [G, Q]
+            qpos = g.op("Add", [g.unsq(row_past, [1]), g.unsq(i, [0])], "query_positions")
+        # the group's longest context, rounded up to whole blocks ([0] guards an empty group)
+        max_kv = g.op("ReduceMax", [g.op("Concat", [g.const([0]), g.op("Gather", [kvlen, rows])],
+                                         axis=0)], "max_kv", keepdims=1)
+        nb = g.op("Min", [g.op("Div", [g.op("Add", [max_kv, g.const([block_size - 1])]),
+                                       g.const([block_size])]), max_blocks], "num_block_cols")
+        cols = g.op("Slice", [g.op("Gather", [BLOCK_TABLE, rows], axis=0), g.const([0]), nb,
+                              g.const([1])], "block_cols")
+        length = g.op("Mul", [nb, g.const([block_size])], "kv_span")
+        k = g.op("Range", [g.const(0), g.op("Squeeze", [length, g.const([0])]), g.const(1)], "key_positions")
+        kpos = g.unsq(k, [0, 1])                                                     # [1, 1, L]
+        qpos3 = g.unsq(qpos, [2])                                                    # [G, Q, 1]
+        allowed = g.op("LessOrEqual", [kpos, qpos3], "causal")
+        if spec.sliding_window:
+            lower = g.op("Sub", [qpos3, g.const(int(spec.sliding_window))])
+            allowed = g.op("And", [allowed, g.op("Greater", [kpos, lower])], "windowed")
+        allowed = g.unsq(allowed, [1, 3])                                            # [G,1,Q,1,L]
+        if grp > 1:
+            allowed = g.op("Expand", [allowed, g.shape_of(count, 1, q, grp, length)])
+        mask = g.reshape(allowed, g.shape_of(count, 1, g.op("Mul", [q, g.const([grp])]), length))
+        # Slots past a row's length hold whatever the cache held (other requests' data, or never
+        # written memory: onnxruntime-genai does not zero its caches), possibly NaN/Inf bit
+        # patterns. Masked scores are replaced (not added to) and such values are zeroed, since
+        # a zero probability times NaN is still NaN.
+        row_kv = g.op("Gather", [kvlen, rows])
+        kv_valid = g.unsq(g.op("Less", [g.unsq(k, [0]), g.unsq(row_kv, [1])], "kv_valid"), [1, 3])
+        groups.append(RowGroup(
+            token_index=token_index, block_cols=cols,
+            kv_shape=g.shape_of(count, length, kvh, D), mask=mask, kv_valid=kv_valid,
+            q_shape=g.shape_of(count, kvh, g.op("Mul", [q, g.const([grp])]), D),
+            out5_shape=g.shape_of(count, kvh, q, grp, D),
+            out_shape=g.shape_of(g.op("Mul", [count, q]), spec.num_heads * D),
+            decode=decode))
+        if decode:
+            decode_count = count
+        else:
+            prefill_q = q
+
+    # where each token's attention output lands in concat(decode outputs, prefill outputs)
+    g.scope = "step"
+    rank_d = g.op("Sub", [g.op("CumSum", [g.i64(is_decode), g.const(0)]), g.const(1)], "decode_rank")
+    rank_p = g.op("Sub", [g.op("CumSum", [g.i64(not_decode), g.const(0)]), g.const(1)], "prefill_rank")
+    prefill_slot = g.op("Add", [g.op("Add", [decode_count, g.op("Mul", [g.op("Gather", [rank_p, row]),
+                                                                         prefill_q])]), offset])
+    back = g.op("Where", [g.op("Gather", [is_decode, row]), g.op("Gather", [rank_d, row]), prefill_slot],
+                "back_index")
+    g.scope = ""
+    return StepIndices(scatter_index=scatter, cos=cos, sin=sin, groups=groups, back_index=back)
+
+
+# --------------------------------------------------------------------------------------------
+# Blocks
+
+def _embeddings(g: GraphBuilder, embed_name: str) -> str:
+    return g.op("Gather", [embed_name, INPUT_IDS], "embed_tokens/Gather", axis=0)
+
+
+def _rms_norm(g: GraphBuilder, x: str, weight: str, eps: float, hint: str) -> str:
+    # Pow -> ReduceMean -> Add -> Sqrt -> Div -> Mul: the pattern ONNX Runtime fuses into
+    # SimplifiedLayerNormalization.
+    ms = g.op("ReduceMean", [g.op("Pow", [x, g.const(2.0, np.float32)], f"{hint}/Pow")],
+              f"{hint}/ReduceMean", axes=[-1], keepdims=1)
+    rms = g.op("Sqrt", [g.op("Add", [ms, g.const(eps, np.float32)], f"{hint}/Add")], f"{hint}/Sqrt")
+    return g.op("Mul", [g.op("Div", [x, rms], f"{hint}/Div"), weight], f"{hint}/Mul")
+
+
+def _rope(g: GraphBuilder, x: str, idx: StepIndices, half: int) -> str:
+    """HF rotate_half RoPE on x [N, heads, D]: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s)."""
+    x1, x2 = g.op("Split", [x, g.const([half, half])], "rope/Split", n_out=2, axis=-1)
+    out1 = g.op("Sub", [g.op("Mul", [x1, idx.cos]), g.op("Mul", [x2, idx.sin])], "rope/first")
+    out2 = g.op("Add", [g.op("Mul", [x2, idx.cos]), g.op("Mul", [x1, idx.sin])], "rope/second")
+    return g.op("Concat", [out1, out2], "rope/Concat", axis=-1)
+
+
+def _group_attention(g: GraphBuilder, spec: DecoderSpec, q4: str, k_cache: str, v_cache: str,
+                     grp_idx: RowGroup) -> str:
+    """Masked attention of one row group; returns [G*Q, num_heads*D]."""
+    kind = "decode" if grp_idx.decode else "prefill"
+    q = g.op("Gather", [q4, grp_idx.token_index], f"{kind}/q", axis=0)
+    if grp_idx.decode:
+        pass                                     # [G, kvh, grp, D]: already the batched layout
+    else:                                        # [G, Q, kvh, grp, D] -> [G, kvh, Q*grp, D]
+        q = g.reshape(g.op("Transpose", [q], f"{kind}/q/Transpose", perm=[0, 2, 1, 3, 4]),
+                      grp_idx.q_shape)
+    k = g.reshape(g.op("Gather", [k_cache, grp_idx.block_cols], f"{kind}/k", axis=0), grp_idx.kv_shape)
+    v = g.reshape(g.op("Gather", [v_cache, grp_idx.block_cols], f"{kind}/v", axis=0), grp_idx.kv_shape)
+    k = g.op("Transpose", [k], f"{kind}/k/Transpose", perm=[0, 2, 3, 1])               # [G, kvh, D, L]
+    v = g.op("Transpose", [v], f"{kind}/v/Transpose", perm=[0, 2, 1, 3])               # [G, kvh, L, D]
+    v = g.op("Where", [grp_idx.kv_valid, v, g.const(0.0, np.float32)], f"{kind}/v/valid")
+    scores = g.op("Where", [grp_idx.mask, g.op("MatMul", [q, k], f"{kind}/QK"),
+                            g.const(NEG_INF, np.float32)], f"{kind}/masked")
+    probs = g.op("Softmax", [scores], f"{kind}/Softmax", axis=-1)
+    out = g.op("MatMul", [probs, v], f"{kind}/PV")
+    if not grp_idx.decode:                       # [G, kvh, Q*grp, D] -> [G, Q, kvh, grp, D]
+        out = g.op("Transpose", [g.reshape(out, grp_idx.out5_shape)], f"{kind}/out/Transpose",
+                   perm=[0, 2, 1, 3, 4])
+    return g.reshape(out, grp_idx.out_shape)
+
+
+def _attention(g: GraphBuilder, spec: DecoderSpec, layer: int, x: str, idx: StepIndices,
+               qkv_w: str, qkv_b: str | None, o_w: str) -> str:
+    nH, kvh, D = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    qkv = g.op("Gemm", [x, qkv_w] + ([qkv_b] if qkv_b else []), "qkv_proj", transB=1)
+    q, k, v = g.op("Split", [qkv, g.const([nH * D, kvh * D, kvh * D])], "qkv/Split", n_out=3, axis=1)
+    q = _rope(g, g.reshape(q, g.const([-1, nH, D])), idx, D // 2)
+    k = _rope(g, g.reshape(k, g.const([-1, kvh, D])), idx, D // 2)
+    v = g.reshape(v, g.const([-1, kvh, D]))
+    k_cache = g.op("ScatterND", [PAST_KEY % layer, idx.scatter_index, k], "k_cache/ScatterND",
+                   outputs=[PRESENT_KEY % layer])
+    v_cache = g.op("ScatterND", [PAST_VALUE % layer, idx.scatter_index, v], "v_cache/ScatterND",
+                   outputs=[PRESENT_VALUE % layer])
+    q4 = g.reshape(q, g.const([-1, kvh, nH // kvh, D]))                                # [N, kvh, grp, D]
+    outs = [_group_attention(g, spec, q4, k_cache, v_cache, grp) for grp in idx.groups]
+    attn = g.op("Gather", [g.op("Concat", outs, "groups/Concat", axis=0), idx.back_index],
+                "unpack", axis=0)                                                        # [N, nH*D]
+    return g.op("Gemm", [attn, o_w], "o_proj", transB=1)
+
+
+def _mlp(g: GraphBuilder, spec: DecoderSpec, x: str, gate_up_w: str, down_w: str) -> str:
+    I = spec.intermediate_size
+    gate, up = g.op("Split", [g.op("Gemm", [x, gate_up_w], "gate_up_proj", transB=1),
+                              g.const([I, I])], "gate_up/Split", n_out=2, axis=1)
+    act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate], "silu/Sigmoid")], "silu/Mul"), up],
+               "swiglu")
+    return g.op("Gemm", [act, down_w], "down_proj", transB=1)
+
+
+def _lm_head(g: GraphBuilder, spec: DecoderSpec, x: str, norm_w: str, head_w: str,
+             per_token_logits: bool, logits_indices: bool) -> str:
+    """Select the rows that need logits, then final norm and LM head (fp32 `logits`)."""
+    g.scope = "lm_head"
+    if logits_indices:
+        x = g.op("Gather", [x, LOGITS_INDICES], "select_rows", axis=0)
+    elif not per_token_logits:
+        last = g.op("Sub", [g.op("Slice", [CU_SEQLENS, g.const([1]), g.const([2**62])]),
+                            g.const(1, np.int32)], "last_tokens")
+        x = g.op("Gather", [x, last], "select_rows", axis=0)
+    x = _rms_norm(g, x, norm_w, spec.rms_norm_eps, "norm")
+    return g.op("Gemm", [x, head_w], "MatMul", outputs=[LOGITS], transB=1)
+
+
+# --------------------------------------------------------------------------------------------
+
+def declare_io(g: GraphBuilder, spec: DecoderSpec, block_size: int, cache_type: int, logits_type: int,
+               per_token_logits: bool, logits_indices: bool):
+    """Graph inputs and outputs of OGA's paged contract (shared by the CPU and CUDA builders)."""
+    if per_token_logits and logits_indices:
+        raise ValueError("per_token_logits and logits_indices are mutually exclusive")
+    g.input(INPUT_IDS, TensorProto.INT64, ["num_tokens"])
+    g.input(CU_SEQLENS, TensorProto.INT32, ["batch_size + 1"])
+    g.input(PAST_SEQLENS, TensorProto.INT32, ["batch_size"])
+    g.input(BLOCK_TABLE, TensorProto.INT32, ["batch_size", "max_blocks"])
+    g.input(ATTENTION_METADATA, TensorProto.INT32, [3])
+    if logits_indices:
+        g.input(LOGITS_INDICES, TensorProto.INT32, ["num_logits"])
+    cache_shape = ["num_blocks", block_size, spec.num_kv_heads, spec.head_dim]
+    for i in range(spec.num_layers):
+        g.input(PAST_KEY % i, cache_type, cache_shape)
+        g.input(PAST_VALUE % i, cache_type, cache_shape)
+    rows = "num_logits" if logits_indices else ("num_tokens" if per_token_logits else "batch_size")
+    g.output(LOGITS, logits_type, [rows, spec.vocab_size])
+    for i in range(spec.num_layers):
+        g.output(PRESENT_KEY % i, cache_type, cache_shape)
+        g.output(PRESENT_VALUE % i, cache_type, cache_shape)
+
+
+def build_cpu_graph(spec: DecoderSpec, weights, *, block_size: int = 16, per_token_logits: bool = False,
+                    logits_indices: bool = False) -> onnx.ModelProto:
+    """The fp32 paged decoder (see the module docstring) as an in-memory ModelProto."""
+    spec.check()
+    if block_size <= 0:
+        raise ValueError(f"block_size must be > 0, got {block_size}")
+    g = GraphBuilder()
+    declare_io(g, spec, block_size, TensorProto.FLOAT, TensorProto.FLOAT, per_token_logits, logits_indices)
+
+    embed = g.initializer("model.embed_tokens.weight", _w(weights, "model.embed_tokens.weight"))
+    head = embed if spec.tie_word_embeddings else g.initializer("lm_head.weight", _w(weights, "lm_head.weight"))
+    norm = g.initializer("model.norm.weight", _w(weights, "model.norm.weight"))
+
+    idx = _step_indices(g, spec, block_size, rope_inv_freq(spec))
+    x = _embeddings(g, embed)
+    for i in range(spec.num_layers):
+        p = f"model.layers.{i}."
+        qkv_w, qkv_b, o_w, gate_up_w, down_w = fused_layer_weights(spec, weights, i)
+        g.scope = f"layers.{i}/attn"
+        ln1 = g.initializer(p + "input_layernorm.weight", _w(weights, p + "input_layernorm.weight"))
+        h = _rms_norm(g, x, ln1, spec.rms_norm_eps, "input_layernorm")
+        a = _attention(g, spec, i, h, idx,
+                       g.initializer(p + "self_attn.qkv_proj.weight", qkv_w),
+                       g.initializer(p + "self_attn.qkv_proj.bias", qkv_b) if qkv_b is not None else None,
+                       g.initializer(p + "self_attn.o_proj.weight", o_w))
+        x = g.op("Add", [x, a], "residual")
+        g.scope = f"layers.{i}/mlp"
+        ln2 = g.initializer(p + "post_attention_layernorm.weight",
+                            _w(weights, p + "post_attention_layernorm.weight"))
+        h = _rms_norm(g, x, ln2, spec.rms_norm_eps, "post_attention_layernorm")
+        m = _mlp(g, spec, h, g.initializer(p + "mlp.gate_up_proj.weight", gate_up_w),
+                 g.initializer(p + "mlp.down_proj.weight", down_w))
+        x = g.op("Add", [x, m], "residual")
+    _lm_head(g, spec, x, norm, head, per_token_logits, logits_indices)
+    return g.model("oga_paged_decoder_cpu", [("", OPSET)],
+                   doc=f"oga.models CPU paged decoder ({spec.architecture}, block_size {block_size})")

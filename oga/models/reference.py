@@ -1,0 +1,156 @@
+"""Plain numpy forward pass of a Llama-family decoder: the ground truth the ONNX graphs are
+checked against.
+
+Written from the model definition (Hugging Face's LlamaForCausalLM / Qwen2ForCausalLM), not
+from any graph builder: embedding, per layer RMSNorm -> Q/K/V (+bias) -> RoPE (rotate_half) ->
+causal GQA attention (sliding window when the spec has one) -> o_proj -> residual -> RMSNorm ->
+SwiGLU MLP -> residual; final RMSNorm; LM head (the embedding when tied). Computes in float64
+by default.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .spec import DecoderSpec, LoadedModel
+
+
+def rope_inv_freq(spec: DecoderSpec) -> np.ndarray:
+    """Inverse frequencies [head_dim / 2] with the spec's rope_scaling applied (HF semantics)."""
+    d = spec.head_dim
+    inv = 1.0 / spec.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    rs = spec.rope_scaling
+    if not rs:
+        return inv
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    if kind == "default":
+        return inv
+    if kind == "linear":
+        return inv / float(rs["factor"])
+    if kind == "llama3":
+        factor = float(rs["factor"])
+        low, high = float(rs["low_freq_factor"]), float(rs["high_freq_factor"])
+        original = float(rs["original_max_position_embeddings"])
+        wavelen = 2 * np.pi / inv
+        low_wl, high_wl = original / low, original / high
+        smooth = (original / wavelen - low) / (high - low)
+        return np.where(wavelen > low_wl, inv / factor,
+                        np.where(wavelen < high_wl, inv,
+                                 (1 - smooth) * inv / factor + smooth * inv))
+    raise NotImplementedError(f"rope_scaling type {kind!r} is not supported by the reference")
+
+
+def _rms_norm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def _rotate_half(x):
+    h = x.shape[-1] // 2
+    return np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+
+
+def _silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+class Reference:
+    """A decoder with its weights cast once to `dtype`, and an optional KV cache.
+
+    `step(tokens)` appends tokens to the cache and returns their logits, so greedy decoding
+    costs one position per new token.
+    """
+
+    def __init__(self, loaded: LoadedModel, dtype=np.float64):
+        self.spec = loaded.spec
+        self.dtype = dtype
+        self.w = {k: np.asarray(v, dtype=dtype) for k, v in loaded.weights.items()}
+        self.inv_freq = rope_inv_freq(self.spec)
+        self.reset()
+
+    def reset(self):
+        n = self.spec.num_layers
+        self.keys: list[np.ndarray | None] = [None] * n
+        self.values: list[np.ndarray | None] = [None] * n
+        self.length = 0
+
+    def step(self, tokens) -> np.ndarray:
+        """Logits [len(tokens), V] of `tokens` placed after everything already cached."""
+        s, w = self.spec, self.w
+        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if tokens.size == 0:
+            return np.zeros((0, s.vocab_size), dtype=self.dtype)
+        if tokens.min() < 0 or tokens.max() >= s.vocab_size:
+            raise ValueError(f"token id outside [0, {s.vocab_size})")
+        T, D, nH, nKV = tokens.size, s.head_dim, s.num_heads, s.num_kv_heads
+        group = nH // nKV
+        pos = np.arange(self.length, self.length + T, dtype=np.float64)
+        ang = pos[:, None] * self.inv_freq[None, :]                      # [T, D/2]
+        cos = np.cos(np.concatenate([ang, ang], axis=-1))[:, None, :].astype(self.dtype)
+        sin = np.sin(np.concatenate([ang, ang], axis=-1))[:, None, :].astype(self.dtype)
+        total = self.length + T
+        qpos = np.arange(self.length, total)[:, None]
+        kpos = np.arange(total)[None, :]
+        allowed = kpos <= qpos
+        if s.sliding_window:
+            allowed &= kpos > qpos - s.sliding_window
+        mask = np.where(allowed, 0.0, -np.inf).astype(self.dtype)          # [T, total]
+        x = w["model.embed_tokens.weight"][tokens]                          # [T, H]
+        for i in range(s.num_layers):
+            p = f"model.layers.{i}."
+            h = _rms_norm(x, w[p + "input_layernorm.weight"], s.rms_norm_eps)
+            q = h @ w[p + "self_attn.q_proj.weight"].T
+            k = h @ w[p + "self_attn.k_proj.weight"].T
+            v = h @ w[p + "self_attn.v_proj.weight"].T
+            if s.qkv_bias:
+                q = q + w[p + "self_attn.q_proj.bias"]
+                k = k + w[p + "self_attn.k_proj.bias"]
+                v = v + w[p + "self_attn.v_proj.bias"]
+            q = q.reshape(T, nH, D)
+            k = k.reshape(T, nKV, D)
+            v = v.reshape(T, nKV, D)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            if self.keys[i] is not None:
+                k = np.concatenate([self.keys[i], k], axis=0)
+                v = np.concatenate([self.values[i], v], axis=0)
+            self.keys[i], self.values[i] = k, v
+            # GQA: query head j reads kv head j // group
+            kh = np.repeat(k.transpose(1, 0, 2), group, axis=0)            # [nH, total, D]
+            vh = np.repeat(v.transpose(1, 0, 2), group, axis=0)
+            scores = q.transpose(1, 0, 2) @ kh.transpose(0, 2, 1) * (1.0 / math.sqrt(D)) + mask
+            scores = scores - scores.max(axis=-1, keepdims=True)
+            probs = np.exp(scores)
+            probs /= probs.sum(axis=-1, keepdims=True)
+            attn = (probs @ vh).transpose(1, 0, 2).reshape(T, nH * D)
+            x = x + attn @ w[p + "self_attn.o_proj.weight"].T
+            h = _rms_norm(x, w[p + "post_attention_layernorm.weight"], s.rms_norm_eps)
+            gate = h @ w[p + "mlp.gate_proj.weight"].T
+            up = h @ w[p + "mlp.up_proj.weight"].T
+            x = x + (_silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+        self.length = total
+        x = _rms_norm(x, w["model.norm.weight"], s.rms_norm_eps)
+        head = w["model.embed_tokens.weight"] if s.tie_word_embeddings else w["lm_head.weight"]
+        return x @ head.T
+
+
+def forward(loaded: LoadedModel, tokens, dtype=np.float64) -> np.ndarray:
+    """Logits [len(tokens), V] of every position of `tokens` (one sequence from position 0)."""
+    return Reference(loaded, dtype).step(tokens)
+
+
+def greedy(loaded: LoadedModel, prompt, n: int, dtype=np.float64,
+           eos_token_ids=None) -> list[int]:
+    """Up to `n` greedily chosen tokens after `prompt`; stops after emitting an EOS id."""
+    eos = set(loaded.spec.eos_token_ids if eos_token_ids is None else eos_token_ids)
+    ref = Reference(loaded, dtype)
+    out: list[int] = []
+    logits = ref.step(list(prompt))
+    for _ in range(n):
+        tok = int(np.argmax(logits[-1]))
+        out.append(tok)
+        if tok in eos or len(out) == n:
+            break
+        logits = ref.step([tok])
+    return out

@@ -1,0 +1,113 @@
+"""Decoder model description shared by the loaders, the graph builders and the reference.
+
+A `DecoderSpec` names the shape hyper-parameters of a Llama-family decoder (Llama, SmolLM,
+Qwen2, Mistral); a `LoadedModel` pairs it with float32 weights under Hugging Face names and
+layouts ([out_features, in_features] for linear weights, RoPE in HF's rotate_half convention),
+plus the tokenizer files when the source carries them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ARCHITECTURES = ("llama", "qwen2", "mistral")
+
+
+@dataclass
+class DecoderSpec:
+    architecture: str            # "llama" (Llama, SmolLM), "qwen2", "mistral"
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float
+    rope_scaling: dict | None    # HF rope_scaling dict (e.g. {"rope_type": "llama3", ...}) or None
+    rms_norm_eps: float
+    context_length: int
+    tie_word_embeddings: bool
+    qkv_bias: bool               # Qwen2
+    sliding_window: int | None   # Mistral (None = full attention)
+    bos_token_id: int
+    eos_token_ids: list[int]
+    pad_token_id: int
+
+    def weight_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every weight name this spec requires, with its HF shape."""
+        H, I, V, D = self.hidden_size, self.intermediate_size, self.vocab_size, self.head_dim
+        q, kv = self.num_heads * D, self.num_kv_heads * D
+        shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (V, H)}
+        for i in range(self.num_layers):
+            p = f"model.layers.{i}."
+            shapes[p + "input_layernorm.weight"] = (H,)
+            shapes[p + "self_attn.q_proj.weight"] = (q, H)
+            shapes[p + "self_attn.k_proj.weight"] = (kv, H)
+            shapes[p + "self_attn.v_proj.weight"] = (kv, H)
+            shapes[p + "self_attn.o_proj.weight"] = (H, q)
+            if self.qkv_bias:
+                shapes[p + "self_attn.q_proj.bias"] = (q,)
+                shapes[p + "self_attn.k_proj.bias"] = (kv,)
+                shapes[p + "self_attn.v_proj.bias"] = (kv,)
+            shapes[p + "post_attention_layernorm.weight"] = (H,)
+            shapes[p + "mlp.gate_proj.weight"] = (I, H)
+            shapes[p + "mlp.up_proj.weight"] = (I, H)
+            shapes[p + "mlp.down_proj.weight"] = (H, I)
+        shapes["model.norm.weight"] = (H,)
+        if not self.tie_word_embeddings:
+            shapes["lm_head.weight"] = (V, H)
+        return shapes
+
+    def check(self) -> None:
+        """Raise ValueError when the hyper-parameters are inconsistent."""
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(f"unsupported architecture {self.architecture!r}; "
+                             f"expected one of {ARCHITECTURES}")
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers",
+                     "num_heads", "num_kv_heads", "head_dim", "context_length"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of "
+                             f"num_kv_heads ({self.num_kv_heads})")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+        if not self.eos_token_ids:
+            raise ValueError("eos_token_ids must not be empty")
+        for name, tok in [("bos_token_id", self.bos_token_id), ("pad_token_id", self.pad_token_id)] + \
+                [("eos_token_ids", t) for t in self.eos_token_ids]:
+            if not 0 <= tok < self.vocab_size:
+                raise ValueError(f"{name} {tok} outside the vocabulary [0, {self.vocab_size})")
+
+    def validate(self, weights: dict[str, np.ndarray]) -> None:
+        """Check `weights` against this spec; raise ValueError listing every problem."""
+        self.check()
+        expected = self.weight_shapes()
+        problems = []
+        for name, shape in expected.items():
+            w = weights.get(name)
+            if w is None:
+                problems.append(f"missing {name} {shape}")
+            elif tuple(w.shape) != shape:
+                problems.append(f"{name}: shape {tuple(w.shape)}, expected {shape}")
+            elif w.dtype != np.float32:
+                problems.append(f"{name}: dtype {w.dtype}, expected float32")
+        for name in sorted(set(weights) - set(expected)):
+            problems.append(f"unexpected weight {name} {tuple(weights[name].shape)}")
+        if problems:
+            raise ValueError(f"weights do not match the {self.architecture} spec "
+                             f"({len(problems)} problem(s)):\n  " + "\n  ".join(problems))
+
+
+@dataclass
+class LoadedModel:
+    spec: DecoderSpec
+    weights: dict[str, np.ndarray]   # float32, Hugging Face names and layouts
+    tokenizer_json: str | None = None       # tokenizers-package JSON text
+    tokenizer_config: dict | None = field(default=None)  # chat_template, bos/eos/pad/unk tokens
+
+    def validate(self) -> None:
+        self.spec.validate(self.weights)

