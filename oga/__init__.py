@@ -86,3 +86,45 @@ __all__ = [
     "library_path",
     "__version__",
 ]
+
+# onnxruntime-genai 0.18's tokenizer and module-level functions (pure Python; `tokenizers` and
+# `jinja2` are imported when a Tokenizer is first created).
+from .runtime import (  # noqa: E402
+    disable_telemetry_events,
+    enable_telemetry_events,
+    get_current_gpu_device_id,
+    is_cuda_available,
+    is_dml_available,
+    is_openvino_available,
+    is_qnn_available,
+    is_rocm_available,
+    is_webgpu_available,
+    register_execution_provider_library,
+    set_current_gpu_device_id,
+    set_log_callback,
+    set_log_options,
+    unregister_execution_provider_library,
+)
+from .tensor import ElementType, Tensor  # noqa: E402
+from .tokenizer import Tokenizer, TokenizerStream  # noqa: E402
+
+__all__ += [
+    "ElementType",
+    "Tensor",
+    "Tokenizer",
+    "TokenizerStream",
+    "disable_telemetry_events",
+    "enable_telemetry_events",
+    "get_current_gpu_device_id",
+    "is_cuda_available",
+    "is_dml_available",
+    "is_openvino_available",
+    "is_qnn_available",
+    "is_rocm_available",
+    "is_webgpu_available",
+    "register_execution_provider_library",
+    "set_current_gpu_device_id",
+    "set_log_callback",
+    "set_log_options",
+    "unregister_execution_provider_library",
+]

