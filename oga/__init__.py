@@ -108,23 +108,6 @@ from .runtime import (  # noqa: E402
 from .tensor import ElementType, Tensor  # noqa: E402
 from .tokenizer import Tokenizer, TokenizerStream  # noqa: E402
 
-__all__ += [
-    "ElementType",
-    "Tensor",
-    "Tokenizer",
-    "TokenizerStream",
-    "disable_telemetry_events",
-    "enable_telemetry_events",
-    "get_current_gpu_device_id",
-    "is_cuda_available",
-    "is_dml_available",
-    "is_openvino_available",
-    "is_qnn_available",
-    "is_rocm_available",
-    "is_webgpu_available",
-    "register_execution_provider_library",
-    "set_current_gpu_device_id",
-    "set_log_callback",
-    "set_log_options",
-    "unregister_execution_provider_library",
-]
+from . import runtime as _runtime  # noqa: E402
+
+__all__ += ["ElementType", "Tensor", "Tokenizer", "TokenizerStream"] + _runtime.__all__

@@ -50,15 +50,20 @@ def _drive(engine, buffer, limit=10_000):
 PROMPTS = [[5, 9, 13], [7] * 20, [11, 12, 13, 14, 15, 16, 17, 18, 19], list(range(3, 50)), [3, 4]]
 
 
-def test_concurrent_requests_match_the_numpy_reference(model_dir, reference_model):
-    engine = og.Engine(og.Model(model_dir))
+def _submit(engine, prompts, max_new):
     requests = []
-    for prompt in PROMPTS:
+    for prompt in prompts:
         request = engine.create_request()
         options = og.TurnOptions(request)
-        options.set_max_generated_tokens(12)
+        options.set_max_generated_tokens(max_new)
         request.begin_turn(prompt, options)
         requests.append(request)
+    return requests
+
+
+def test_concurrent_requests_match_the_numpy_reference(model_dir, reference_model):
+    engine = og.Engine(og.Model(model_dir))
+    requests = _submit(engine, PROMPTS, 12)
     tokens, _ = _drive(engine, engine.create_event_buffer(16))
     for prompt, request in zip(PROMPTS, requests):
         expected = [t for t in greedy(reference_model, prompt, 12) if t not in SPEC.eos_token_ids]
@@ -70,19 +75,10 @@ def test_each_request_alone_equals_the_batch(model_dir):
     alone = []
     for prompt in PROMPTS:
         engine = og.Engine(model)
-        request = engine.create_request()
-        options = og.TurnOptions(request)
-        options.set_max_generated_tokens(10)
-        request.begin_turn(prompt, options)
+        [request] = _submit(engine, [prompt], 10)
         alone.append(_drive(engine, engine.create_event_buffer(4))[0].get(request, []))
     engine = og.Engine(model)
-    requests = []
-    for prompt in PROMPTS:
-        request = engine.create_request()
-        options = og.TurnOptions(request)
-        options.set_max_generated_tokens(10)
-        request.begin_turn(prompt, options)
-        requests.append(request)
+    requests = _submit(engine, PROMPTS, 10)
     together, _ = _drive(engine, engine.create_event_buffer(1))
     assert [together.get(r, []) for r in requests] == alone
 
