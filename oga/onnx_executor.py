@@ -110,6 +110,11 @@ class OnnxDecoder:
 
     def _validate(self):
         n = self.names
+        if not n["block_size"]:
+            raise ModelLoadError(
+                f"{self.path}: the model has no engine.dynamic_batching section, so it needs the static batching "
+                "path (contiguous past_key_values caches), which is not supported yet by oga. Paged models built by "
+                "oga.models (or OGA's builder with use_paged_attention) run.")
         self._check(self.inputs, n["input_ids"], ("tensor(int64)",), 1, "input")
         self._check(self.inputs, n["cumulative_sequence_lengths"], ("tensor(int32)",), 1, "input")
         self._check(self.inputs, n["past_sequence_lengths"], ("tensor(int32)",), 1, "input")

@@ -181,3 +181,14 @@ def test_failure_classification():
     assert onnx_executor.classify_failure(MemoryError()) == onnx_executor.STATUS_CAPACITY_EXCEEDED
     assert onnx_executor.classify_failure(RuntimeError("std::bad_alloc")) == onnx_executor.STATUS_CAPACITY_EXCEEDED
     assert onnx_executor.classify_failure(RuntimeError("Invalid input dimensions")) == onnx_executor.STATUS_FATAL
+
+
+def test_models_without_dynamic_batching_are_refused_until_static_batching_lands(model_dir, tmp_path):
+    import shutil
+    static = tmp_path / "static"
+    shutil.copytree(model_dir, static)
+    config = json.loads((static / "genai_config.json").read_text())
+    del config["engine"]
+    (static / "genai_config.json").write_text(json.dumps(config))
+    with pytest.raises(RuntimeError, match="static batching path .* not supported yet by oga"):
+        og.Model(str(static))
