@@ -34,10 +34,10 @@ oga::Engine& EngineOf(oga::Request& request) {
 // Validates a turn-options handle for a setter and returns its request.
 oga::Request& CheckTurnOptions(const OgaTurnOptions* options) {
   RequireNotNull(options, "options must not be null.");
+  // A released request stays usable until the engine reclaims it at its next owner-thread boundary
+  // (as in 0.18); only then does the weak reference expire.
   std::shared_ptr<oga::Request> request = options->request.lock();
-  if (!request || request->handle.load(std::memory_order_acquire) == nullptr) {
-    throw ApiError("Cannot use Turn options after their Request has been destroyed.");
-  }
+  if (!request) throw ApiError("Cannot use Turn options after their Request has been destroyed.");
   if (request->closed()) throw ApiError(oga::kClosedRequestMessage);
   EngineOf(*request).CheckOwnerThread();
   return *request;  // kept alive by its handle, which the check above saw
@@ -205,6 +205,7 @@ OgaResult* OGA_API_CALL OgaRequestBeginTurn(OgaRequest* request, const OgaTurnOp
   return Guard([&] {
     RequireNotNull(request, "request must not be null.");
     RequireNotNull(out_turn_id, "out_turn_id must not be null.");
+    *out_turn_id = 0;  // 0 = no turn, also when the call fails below (as 0.18)
     if (input_ids == nullptr && input_ids_count != 0) {
       throw ApiError("input_ids must not be null when input_ids_count is nonzero.");
     }
@@ -269,9 +270,9 @@ void OGA_API_CALL OgaDestroyRequest(OgaRequest* request) {
  * -------------------------------------------------------------------------------------------- */
 OgaResult* OGA_API_CALL OgaRequestCreateTurnOptions(OgaRequest* request, OgaTurnOptions** out) {
   return Guard([&] {
-    if (out != nullptr) *out = nullptr;
-    RequireNotNull(request, "request must not be null.");
+    RequireNotNull(request, "request must not be null.");  // *out untouched, as in 0.18
     RequireNotNull(out, "out must not be null.");
+    *out = nullptr;
     oga::Request& core = *request->request;
     if (core.closed()) throw ApiError(oga::kClosedRequestMessage);
     EngineOf(core).CheckOwnerThread();

@@ -1,0 +1,272 @@
+"""Conformance scenarios as data.
+
+A `Scenario` names a model configuration (a key of `MODEL_CONFIGS`, built by the suite itself), a
+list of `Action`s (plain dicts built by the constructors below) and, optionally, the deliberate
+differences oga declares for it. `runner.py` executes the actions against `onnxruntime_genai` 0.18
+or against `oga`, through Python or through the C ABI (ctypes), and records one entry per action:
+`(label, value)`. An action that raises records `("raise", exception type name, message)` (through
+ctypes: `("raise", "OgaResult", message)`) instead of failing the scenario.
+
+Handles are referred to by name: requests (`req`), turn options (`opts`), event buffers (`buf`),
+engines (`engine`, default "e", created from the scenario's model before the first action).
+Generic Python calls (`py`) and C calls (`capi`) take symbolic arguments (see `ref`, `out`, `ids`).
+
+Recorded event shape (both backends):
+    (flags, request label, turn_id, token, finish_reason, matched_stop_string_index, error_code,
+     (prompt_tokens, generated_tokens, cached_prompt_tokens))
+Python records the properties as the binding returns them (`token` None without TOKEN, the stop
+index None unless STOP_STRING); ctypes records the raw C outputs (0 / -1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+# ---------------------------------------------------------------------------------------------
+# Model configurations (test_conformance.py builds each once per session)
+# ---------------------------------------------------------------------------------------------
+# Every configuration is a 2-layer hidden-64 random llama (vocab 97, EOS 2, context 64, seed 3)
+# built by oga.models.build for CPU (standard-op paged attention). `overlay` is applied with
+# og.Config.overlay / OgaConfigOverlay before the model is created (empty: og.Model(dir)).
+MODEL_CONFIGS: Dict[str, dict] = {
+    # block 4, plenty of blocks: max_request_length = min(64, 64*4+1) = 64
+    "base": dict(block_size=4, num_blocks=64, max_batch_size=4, max_scheduled_tokens=64),
+    # 5 blocks of 4 -> max_request_length 21; two 12-token prompts cannot be resident together
+    "tight": dict(block_size=4, num_blocks=5, max_batch_size=4, max_scheduled_tokens=64),
+    # residency pressure: at most two committed residents
+    "batch2": dict(block_size=4, num_blocks=64, max_batch_size=2, max_scheduled_tokens=64),
+    # chunked prefill: two query tokens per model run
+    "chunk": dict(block_size=4, num_blocks=64, max_batch_size=4, max_scheduled_tokens=2),
+    # search.max_length 20 < max_request_length 64 (session default vs explicit cap)
+    "maxlen20": dict(block_size=4, num_blocks=64, max_batch_size=4, max_scheduled_tokens=64,
+                     overlay='{"search": {"max_length": 20}}'),
+}
+
+MODEL_SEED = 3
+
+
+def model_spec():
+    from oga.models.random_weights import tiny_spec
+
+    # 2 layers, hidden 64, GQA 4/2, untied embeddings (tied random embeddings only repeat the last token)
+    return tiny_spec(vocab_size=97, context_length=64)
+
+
+def build_model_dirs(root) -> Dict[str, Tuple[str, Optional[str]]]:
+    """{configuration name: (directory, overlay or None)}; builds the missing directories under root."""
+    import os
+
+    from oga.models import build
+
+    dirs = {}
+    for name, cfg in MODEL_CONFIGS.items():
+        cfg = dict(cfg)
+        overlay = cfg.pop("overlay", None)
+        path = os.path.join(str(root), name)
+        if not os.path.exists(os.path.join(path, "genai_config.json")):
+            build(None, path, random_spec=model_spec(), seed=MODEL_SEED, context_length=64, **cfg)
+        dirs[name] = (path, overlay)
+    return dirs
+
+
+# ---------------------------------------------------------------------------------------------
+# Actions
+# ---------------------------------------------------------------------------------------------
+Action = dict
+
+
+def _a(op: str, label: Optional[str] = None, **kw) -> Action:
+    kw["op"] = op
+    if label is not None:
+        kw["label"] = label
+    return kw
+
+
+def create(req: str, max_session: Optional[int] = None, engine: str = "e", label=None, options=True) -> Action:
+    """engine.create_request(options=RequestOptions(set_max_session_tokens(max_session)))."""
+    return _a("create", label, req=req, max_session=max_session, engine=engine, options=options)
+
+
+def turn_options(opts: str, req: str, label=None, **setters) -> Action:
+    """opts = TurnOptions(req); then opts.set_<name>(value) for every setter given."""
+    return _a("turn_options", label, opts=opts, req=req, setters=setters)
+
+
+def set_option(opts: str, name: str, value=None, label=None) -> Action:
+    """opts.set_<name>(value) (or opts.<name>() for reset / clear_seed / clear_guidance)."""
+    return _a("set_option", label, opts=opts, name=name, value=value)
+
+
+def begin(req: str, tokens: Sequence[int], opts: Optional[str] = None, max_gen: Optional[int] = None,
+          min_gen: Optional[int] = None, label=None) -> Action:
+    """req.begin_turn(tokens, options). With max_gen/min_gen a fresh TurnOptions for this call;
+    with opts a named one; neither: no options (None)."""
+    return _a("begin", label, req=req, tokens=list(tokens), opts=opts, max_gen=max_gen, min_gen=min_gen)
+
+
+def buffer(buf: str, capacity: int, engine: str = "e", label=None) -> Action:
+    return _a("buffer", label, buf=buf, capacity=capacity, engine=engine)
+
+
+def run(capacity: Optional[int] = None, buf: Optional[str] = None, engine: str = "e", times: int = 1,
+        label=None) -> Action:
+    """`times` runs; each records its events. Without `buf`, the engine's buffer of `capacity`."""
+    return _a("run", label, capacity=capacity, buf=buf, engine=engine, times=times)
+
+
+def drain(capacity: int = 64, buf: Optional[str] = None, engine: str = "e", limit: int = 200, label=None) -> Action:
+    """while has_pending_requests(): run. Records every run's events (and a raising call)."""
+    return _a("drain", label, capacity=capacity, buf=buf, engine=engine, limit=limit)
+
+
+def pending(engine: str = "e", label=None) -> Action:
+    return _a("pending", label, engine=engine)
+
+
+def cancel(req: str, turn_id: int, label=None) -> Action:
+    return _a("cancel", label, req=req, turn_id=turn_id)
+
+
+def close(req: str, label=None) -> Action:
+    return _a("close", label, req=req)
+
+
+def release(req: str, label=None) -> Action:
+    """Drops the caller's last reference (Python: del + gc.collect(); C: OgaDestroyRequest)."""
+    return _a("release", label, req=req)
+
+
+def release_options(opts: str, label=None) -> Action:
+    return _a("release_options", label, opts=opts)
+
+
+def release_buffer(buf: str, label=None) -> Action:
+    return _a("release_buffer", label, buf=buf)
+
+
+def engine(name: str, model: Optional[str] = None, label=None) -> Action:
+    """Creates another engine (on the scenario's model configuration unless `model` is given)."""
+    return _a("engine", label, engine=name, model=model)
+
+
+def destroy_engine(name: str = "e", label=None) -> Action:
+    return _a("destroy_engine", label, engine=name)
+
+
+def capabilities(engine: str = "e", label=None) -> Action:
+    return _a("capabilities", label, engine=engine)
+
+
+def off_thread(action: Action, label=None) -> Action:
+    """Runs `action` on a new thread (joined before the next action) and records its record."""
+    return _a("off_thread", label, action=action)
+
+
+def model(overlay: str, name: str = "m", label=None) -> Action:
+    """Creates a model from the scenario's directory with a Config overlay; records only errors."""
+    return _a("model", label, overlay=overlay, name=name)
+
+
+def engine_from(name: str, model_name: str, label=None) -> Action:
+    return _a("engine_from", label, engine=name, model_name=model_name)
+
+
+# Generic calls. Arguments are literals or symbolic references:
+def ref(kind: str, name: str = "e"):
+    """A handle: kind in req, opts, buf, engine, model, event (name = (buf, index)), usage."""
+    return ("$ref", kind, name)
+
+
+NULL = ("$null",)
+
+
+def out(ctype: str):
+    """A C output parameter (c_uint64, c_bool, c_uint32, c_int32, c_size_t, c_void_p) initialised to
+    a sentinel; its value after the call is recorded (pointers as 'null'/'nonnull')."""
+    return ("$out", ctype)
+
+
+def ids(values: Sequence[int]):
+    """An int32 array argument (C)."""
+    return ("$ids", list(values))
+
+
+def capi(fn: str, *args, label=None, outs=True) -> Action:
+    """One C call (ctypes backend only): records (error message or None, [outputs]); with
+    outs=False only the error message (or direct return)."""
+    return _a("capi", label, fn=fn, args=list(args), outs=outs)
+
+
+def py(target, method: str, *args, label=None, store=None, message=True, **kwargs) -> Action:
+    """One Python call (Python backend only): target is a ref or "module"; method ".name" reads an
+    attribute. Records the result (ints/bools/None/str as is, enums as int, the target or an argument
+    itself as '$same', other objects as their public type name); `store` keeps it as ref("view",
+    store). message=False records only the exception type (binding-generated texts such as pybind's
+    conversion errors, with object addresses, are not part of the contract)."""
+    return _a("py", label, target=target, method=method, args=list(args), kwargs=kwargs, store=store,
+              message=message)
+
+
+def only(impl: str, action: Action, why: str) -> Action:
+    """Runs `action` only against `impl` ("oga" or "0.18"); the other records ("skipped", why)."""
+    return _a("only", action.get("label"), impl=impl, action=action, why=why)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scenarios
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Difference:
+    """A recorded item (the record of the action with this label) that may differ from 0.18.
+    `readme` is the name of the bullet under "Deliberate differences" in README.md."""
+    readme: str
+    why: str
+    backends: Tuple[str, ...] = ("python", "ctypes")
+
+
+@dataclasses.dataclass
+class Scenario:
+    name: str
+    actions: List[Action]
+    model: str = "base"
+    backends: Tuple[str, ...] = ("python", "ctypes")
+    differences: Dict[str, Difference] = dataclasses.field(default_factory=dict)
+    # predicate on 0.18's stream (list of records): checks the scenario exercises what it claims
+    expect: Optional[Callable[[list], bool]] = None
+    # backend -> observed undeclared difference (test marked xfail(strict=True))
+    xfail: Dict[str, str] = dataclasses.field(default_factory=dict)
+    doc: str = ""
+
+
+def events_of(records) -> list:
+    """Every event of every run/drain record, flattened."""
+    evs = []
+
+    def walk(v):
+        if isinstance(v, dict) and "events" in v:
+            evs.extend(v["events"])
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+    for _, v in records:
+        walk(v)
+    return evs
+
+
+def has_reason(reason: int):
+    return lambda recs: any(e[4] == reason for e in events_of(recs))
+
+
+def has_flag(flag: int, code: Optional[int] = None):
+    return lambda recs: any(e[0] & flag and (code is None or e[6] == code) for e in events_of(recs))
+
+
+def raises(substring: str):
+    def pred(recs):
+        return any(substring in repr(v) for _, v in recs)
+    return pred
+
+
+def all_of(*preds):
+    return lambda recs: all(p(recs) for p in preds)

