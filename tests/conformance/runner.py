@@ -19,67 +19,69 @@ import os
 import threading
 from ctypes import POINTER, byref, c_bool, c_char_p, c_int32, c_size_t, c_uint32, c_uint64, c_void_p
 
+from capi import SIGNATURES
+
 P = c_void_p
 RES = c_void_p
 
-# The 0.18 C entry points the runner uses (signatures as in the 0.18 export table; reference A.4).
-SIGNATURES = {
-    "OgaResultGetError": (c_char_p, [P]),
-    "OgaDestroyResult": (None, [P]),
-    "OgaCreateModel": (RES, [c_char_p, POINTER(P)]),
-    "OgaDestroyModel": (None, [P]),
-    "OgaCreateConfig": (RES, [c_char_p, POINTER(P)]),
-    "OgaDestroyConfig": (None, [P]),
-    "OgaConfigOverlay": (RES, [P, c_char_p]),
-    "OgaCreateModelFromConfig": (RES, [P, POINTER(P)]),
-    "OgaCreateEngine": (RES, [P, POINTER(P)]),
-    "OgaDestroyEngine": (None, [P]),
-    "OgaEngineHasPendingRequests": (RES, [P, POINTER(c_bool)]),
-    "OgaEngineGetCapabilities": (RES, [P, POINTER(P)]),
-    "OgaEngineCapabilitiesGetConfiguredMaxBatchSize": (c_size_t, [P]),
-    "OgaEngineCapabilitiesGetMaxScheduledTokens": (c_size_t, [P]),
-    "OgaEngineCapabilitiesGetMaxRequestLength": (c_uint64, [P]),
-    "OgaDestroyEngineCapabilities": (None, [P]),
-    "OgaCreateRequestOptions": (RES, [POINTER(P)]),
-    "OgaDestroyRequestOptions": (None, [P]),
-    "OgaRequestOptionsSetMaxSessionTokens": (RES, [P, c_uint64]),
-    "OgaEngineCreateRequest": (RES, [P, P, POINTER(P)]),
-    "OgaRequestBeginTurn": (RES, [P, P, POINTER(c_int32), c_uint64, POINTER(c_uint64)]),
-    "OgaRequestCancelTurn": (RES, [P, c_uint64, POINTER(c_bool)]),
-    "OgaRequestRewindToStartOfTurn": (RES, [P, c_uint64]),
-    "OgaRequestClose": (RES, [P]),
-    "OgaDestroyRequest": (None, [P]),
-    "OgaRequestCreateTurnOptions": (RES, [P, POINTER(P)]),
-    "OgaDestroyTurnOptions": (None, [P]),
-    "OgaTurnOptionsSetMaxGeneratedTokens": (RES, [P, c_uint64]),
-    "OgaTurnOptionsSetMinGeneratedTokens": (RES, [P, c_uint64]),
-    "OgaTurnOptionsSetDoSample": (RES, [P, c_bool]),
-    "OgaTurnOptionsSetTemperature": (RES, [P, ctypes.c_float]),
-    "OgaTurnOptionsSetTopP": (RES, [P, ctypes.c_float]),
-    "OgaTurnOptionsSetTopK": (RES, [P, c_int32]),
-    "OgaTurnOptionsSetRepetitionPenalty": (RES, [P, ctypes.c_float]),
-    "OgaTurnOptionsSetNoRepeatNgramSize": (RES, [P, c_int32]),
-    "OgaTurnOptionsSetSeed": (RES, [P, c_uint64]),
-    "OgaTurnOptionsClearSeed": (RES, [P]),
-    "OgaTurnOptionsClearGuidance": (RES, [P]),
-    "OgaTurnOptionsReset": (RES, [P]),
-    "OgaCreateEngineEventBuffer": (RES, [P, c_size_t, POINTER(P)]),
-    "OgaDestroyEngineEventBuffer": (None, [P]),
-    "OgaEngineRun": (RES, [P, P]),
-    "OgaEngineEventBufferGetCount": (c_size_t, [P]),
-    "OgaEngineEventBufferGet": (P, [P, c_size_t]),
-    "OgaEngineEventGetFlags": (RES, [P, POINTER(c_uint32)]),
-    "OgaEngineEventGetRequest": (RES, [P, POINTER(P)]),
-    "OgaEngineEventGetTurnId": (RES, [P, POINTER(c_uint64)]),
-    "OgaEngineEventGetToken": (RES, [P, POINTER(c_int32)]),
-    "OgaEngineEventGetFinishReason": (RES, [P, POINTER(c_uint32)]),
-    "OgaEngineEventGetMatchedStopStringIndex": (RES, [P, POINTER(c_int32)]),
-    "OgaEngineEventGetErrorCode": (RES, [P, POINTER(c_uint32)]),
-    "OgaEngineEventGetUsage": (RES, [P, POINTER(P)]),
-    "OgaTurnUsageGetPromptTokens": (RES, [P, POINTER(c_uint64)]),
-    "OgaTurnUsageGetGeneratedTokens": (RES, [P, POINTER(c_uint64)]),
-    "OgaTurnUsageGetCachedPromptTokens": (RES, [P, POINTER(c_uint64)]),
-}
+# The 0.18 C entry points the runner uses (their signatures are declared once, in tests/capi.py).
+RUNNER_FUNCTIONS = (
+    "OgaResultGetError",
+    "OgaDestroyResult",
+    "OgaCreateModel",
+    "OgaDestroyModel",
+    "OgaCreateConfig",
+    "OgaDestroyConfig",
+    "OgaConfigOverlay",
+    "OgaCreateModelFromConfig",
+    "OgaCreateEngine",
+    "OgaDestroyEngine",
+    "OgaEngineHasPendingRequests",
+    "OgaEngineGetCapabilities",
+    "OgaEngineCapabilitiesGetConfiguredMaxBatchSize",
+    "OgaEngineCapabilitiesGetMaxScheduledTokens",
+    "OgaEngineCapabilitiesGetMaxRequestLength",
+    "OgaDestroyEngineCapabilities",
+    "OgaCreateRequestOptions",
+    "OgaDestroyRequestOptions",
+    "OgaRequestOptionsSetMaxSessionTokens",
+    "OgaEngineCreateRequest",
+    "OgaRequestBeginTurn",
+    "OgaRequestCancelTurn",
+    "OgaRequestRewindToStartOfTurn",
+    "OgaRequestClose",
+    "OgaDestroyRequest",
+    "OgaRequestCreateTurnOptions",
+    "OgaDestroyTurnOptions",
+    "OgaTurnOptionsSetMaxGeneratedTokens",
+    "OgaTurnOptionsSetMinGeneratedTokens",
+    "OgaTurnOptionsSetDoSample",
+    "OgaTurnOptionsSetTemperature",
+    "OgaTurnOptionsSetTopP",
+    "OgaTurnOptionsSetTopK",
+    "OgaTurnOptionsSetRepetitionPenalty",
+    "OgaTurnOptionsSetNoRepeatNgramSize",
+    "OgaTurnOptionsSetSeed",
+    "OgaTurnOptionsClearSeed",
+    "OgaTurnOptionsClearGuidance",
+    "OgaTurnOptionsReset",
+    "OgaCreateEngineEventBuffer",
+    "OgaDestroyEngineEventBuffer",
+    "OgaEngineRun",
+    "OgaEngineEventBufferGetCount",
+    "OgaEngineEventBufferGet",
+    "OgaEngineEventGetFlags",
+    "OgaEngineEventGetRequest",
+    "OgaEngineEventGetTurnId",
+    "OgaEngineEventGetToken",
+    "OgaEngineEventGetFinishReason",
+    "OgaEngineEventGetMatchedStopStringIndex",
+    "OgaEngineEventGetErrorCode",
+    "OgaEngineEventGetUsage",
+    "OgaTurnUsageGetPromptTokens",
+    "OgaTurnUsageGetGeneratedTokens",
+    "OgaTurnUsageGetCachedPromptTokens",
+)
 
 # Turn-option setter name -> (C function, Python method)
 SETTERS = {
@@ -125,7 +127,8 @@ def load_library(impl: str):
 
             path = ort_genai_library_path()
         lib = ctypes.CDLL(path)
-        for name, (restype, argtypes) in SIGNATURES.items():
+        for name in RUNNER_FUNCTIONS:
+            restype, argtypes = SIGNATURES[name]
             fn = getattr(lib, name)
             fn.restype = restype
             fn.argtypes = argtypes
