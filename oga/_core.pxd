@@ -148,6 +148,15 @@ cdef extern from "oga/oga_ext.h" nogil:
         size_t max_scheduled_tokens
         size_t max_block_table_columns
         size_t vocab_size
+        size_t max_sequence_length
+
+    ctypedef struct OgaExtStaticStepInputs:
+        size_t batch_size
+        size_t sequence_length
+        size_t total_sequence_length
+        const int64_t* input_ids
+        const int64_t* attention_mask
+        const int32_t* logits_positions
 
     ctypedef struct OgaExtStepInputs:
         size_t num_rows
@@ -179,6 +188,8 @@ cdef extern from "oga/oga_ext.h" nogil:
                                          OgaExtStepOutputs* outputs, char* message, size_t message_capacity)
         void (*close_engine)(void* engine_data)
         void (*release_model)(void* model_data)
+        OgaExtExecutionStatus (*execute_static)(void* engine_data, const OgaExtStaticStepInputs* inputs,
+                                                OgaExtStepOutputs* outputs, char* message, size_t message_capacity)
 
     ctypedef struct OgaExtDecoderNames:
         const char* model_directory
@@ -191,6 +202,7 @@ cdef extern from "oga/oga_ext.h" nogil:
         const char* block_table
         const char* block_table_windowed
         const char* attention_metadata
+        const char* attention_mask
         const char* logits_indices
         const char* logits
         size_t num_paged_layers

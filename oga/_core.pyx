@@ -1120,6 +1120,7 @@ cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtMod
                 "block_table": _text(names.block_table),
                 "block_table_windowed": _text(names.block_table_windowed),
                 "attention_metadata": _text(names.attention_metadata),
+                "attention_mask": _text(names.attention_mask),
                 "logits_indices": _text(names.logits_indices),
                 "logits": _text(names.logits),
                 "paged_layer_ids": [names.paged_layer_ids[i] for i in range(names.num_paged_layers)],
@@ -1142,6 +1143,7 @@ cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtMod
         executor.execute = _onnx_execute
         executor.close_engine = _onnx_release
         executor.release_model = _onnx_release
+        executor.execute_static = _onnx_execute_static
         return 0
 
 
@@ -1156,6 +1158,7 @@ cdef OgaExtExecutionStatus _onnx_open_engine(void* model_data, const OgaExtEngin
                 "max_scheduled_tokens": geometry.max_scheduled_tokens,
                 "max_block_table_columns": geometry.max_block_table_columns,
                 "vocab_size": geometry.vocab_size,
+                "max_sequence_length": geometry.max_sequence_length,
             })
         except MemoryError as error:
             _write_message(message, capacity, f"cannot allocate the KV cache: {error}")
@@ -1178,6 +1181,28 @@ cdef OgaExtExecutionStatus _onnx_execute(void* engine_data, const OgaExtStepInpu
                 <size_t>inputs.cumulative_sequence_lengths, <size_t>inputs.past_sequence_lengths,
                 <size_t>inputs.block_table, inputs.block_table_columns, <size_t>inputs.attention_metadata,
                 <size_t>inputs.logits_indices)
+            if status != 0:
+                _write_message(message, capacity, text)
+                return status
+            outputs.logits = <const void*><size_t>address
+            outputs.logits_type = executor.logits_type
+            outputs.logits_rows = rows
+            outputs.logits_row_stride = executor.vocab
+        except BaseException as error:
+            _write_message(message, capacity, f"{type(error).__name__}: {error}")
+            return 3
+        return 0
+
+
+cdef OgaExtExecutionStatus _onnx_execute_static(void* engine_data, const OgaExtStaticStepInputs* inputs,
+                                                OgaExtStepOutputs* outputs, char* message,
+                                                size_t capacity) noexcept nogil:
+    with gil:
+        executor = <object>engine_data
+        try:
+            status, text, address, rows = executor.execute_static(
+                inputs.batch_size, inputs.sequence_length, inputs.total_sequence_length, <size_t>inputs.input_ids,
+                <size_t>inputs.attention_mask, <size_t>inputs.logits_positions)
             if status != 0:
                 _write_message(message, capacity, text)
                 return status

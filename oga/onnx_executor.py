@@ -10,6 +10,7 @@ logits land in a buffer allocated once at the configured row limit.
 The Cython trampolines in _core.pyx call `load_decoder` (at OgaCreateModel) and the methods of
 `OnnxDecoder` / `OnnxEngineExecutor` (at engine creation and at every step).
 """
+import ctypes
 import json
 import os
 import time
@@ -73,6 +74,7 @@ class OnnxDecoder:
         self.names = names
         config = json.loads(names["config_json"])
         decoder_config = config.get("model", {}).get("decoder", {})
+        self.decoder_config = decoder_config
         self.path = os.path.join(names["model_directory"], names["decoder_filename"])
         if not os.path.isfile(self.path):
             raise ModelLoadError(f"The decoder file {self.path} does not exist (model.decoder.filename).")
@@ -110,11 +112,10 @@ class OnnxDecoder:
 
     def _validate(self):
         n = self.names
-        if not n["block_size"]:
-            raise ModelLoadError(
-                f"{self.path}: the model has no engine.dynamic_batching section, so it needs the static batching "
-                "path (contiguous past_key_values caches), which is not supported yet by oga. Paged models built by "
-                "oga.models (or OGA's builder with use_paged_attention) run.")
+        self.static = not n["block_size"]
+        if self.static:
+            self._validate_static()
+            return
         self._check(self.inputs, n["input_ids"], ("tensor(int64)",), 1, "input")
         self._check(self.inputs, n["cumulative_sequence_lengths"], ("tensor(int32)",), 1, "input")
         self._check(self.inputs, n["past_sequence_lengths"], ("tensor(int32)",), 1, "input")
@@ -178,7 +179,43 @@ class OnnxDecoder:
         element = np.dtype(self.cache_dtype).itemsize
         self.bytes_per_block = int(np.prod(geometry)) * element * 2 * len(n["paged_layer_ids"])
 
+    def _validate_static(self):
+        """Static batching (no engine.dynamic_batching): OGA's CPU decoders, GroupQueryAttention over
+        per-layer contiguous caches [batch, kv_heads, max_length, head_size] shared by past and present."""
+        n = self.names
+        self._check(self.inputs, n["input_ids"], ("tensor(int64)",), 2, "input")
+        self._check(self.inputs, n["attention_mask"], ("tensor(int64)",), 2, "input")
+        if n["position_ids"] in self.inputs:
+            raise ModelLoadError(f"{self.path}: static-batching decoders with a '{n['position_ids']}' input are not "
+                                 "supported yet by oga.")
+        logits = self._check(self.outputs, n["logits"], ("tensor(float)", "tensor(float16)"), 3, "output")
+        self.logits_dtype = _ORT_TYPES[logits.type]
+        self.per_token_logits = False
+        geometry = None
+        for past_k, past_v, present_k, present_v in zip(n["past_key_names"], n["past_value_names"],
+                                                         n["present_key_names"], n["present_value_names"]):
+            for past, present in ((past_k, present_k), (past_v, present_v)):
+                meta = self._check(self.inputs, past, _CACHE_TYPES, 4, "input")
+                self._check(self.outputs, present, (meta.type,), 4, "output")
+                heads, head_size = meta.shape[1], meta.shape[3]
+                if not isinstance(head_size, int):  # OGA's builder names it kv_cache_dim
+                    head_size = self.decoder_config.get("head_size")
+                if not (isinstance(heads, int) and isinstance(head_size, int)):
+                    self._fail(past, "static kv_heads, and a static head_size or model.decoder.head_size "
+                               "([batch, kv_heads, sequence, head_size])",
+                               f"has shape {meta.shape}")
+                if geometry is None:
+                    geometry, self.cache_dtype = (heads, head_size), _ORT_TYPES[meta.type]
+                elif (heads, head_size) != geometry or _ORT_TYPES[meta.type] != self.cache_dtype:
+                    self._fail(past, f"the geometry and type of the first layer {geometry}", f"has shape {meta.shape}")
+        if geometry is None:
+            raise ModelLoadError(f"{self.path}: the decoder has no past_key_values layers.")
+        self.cache_geometry = geometry  # (kv_heads, head_size)
+        self.bytes_per_block = 0
+
     def open_engine(self, geometry):
+        if self.static:
+            return StaticOnnxEngineExecutor(self, geometry)
         return OnnxEngineExecutor(self, geometry)
 
 
@@ -255,3 +292,58 @@ class OnnxEngineExecutor:
 def load_decoder(names):
     """Entry point of the model loader (OgaExtModelLoader): opens and validates the session."""
     return OnnxDecoder(names)
+
+
+class StaticOnnxEngineExecutor:
+    """Per-engine state of the static path: per-layer caches [max_batch_size, kv_heads, max_length,
+    head_size] allocated once and zeroed, bound as both past and present (GroupQueryAttention then
+    updates them in place); a step uses the leading `batch_size` rows, which are contiguous."""
+
+    live = OnnxEngineExecutor.live
+
+    def __init__(self, decoder, geometry):
+        OnnxEngineExecutor.live.add(self)
+        self.decoder = decoder
+        self.session = decoder.session
+        self.binding = self.session.io_binding()
+        self.names = n = decoder.names
+        self.vocab = n["vocab_size"]
+        heads, head_size = decoder.cache_geometry
+        rows, length = geometry["max_batch_size"], geometry["max_sequence_length"]
+        self.caches = [(name, present, np.zeros((rows, heads, length, head_size), dtype=decoder.cache_dtype))
+                       for pasts, presents in ((n["past_key_names"], n["present_key_names"]),
+                                               (n["past_value_names"], n["present_value_names"]))
+                       for name, present in zip(pasts, presents)]
+        # Logits of every query position of a step (grown on demand: a prefill needs rows x prompt x
+        # vocab), and the one row per request the engine reads.
+        self.step_logits = np.empty(0, dtype=decoder.logits_dtype)
+        self.logits = np.zeros((rows, self.vocab), dtype=decoder.logits_dtype)
+        self.logits_type = LOGITS_FLOAT16 if decoder.logits_dtype == np.float16 else LOGITS_FLOAT32
+        self.session_run_ns = 0
+        self._bound_rows = None
+
+    def execute_static(self, batch_size, sequence_length, total_length, input_ids, attention_mask, positions):
+        n = self.names
+        if self._bound_rows != batch_size:
+            for past, present, cache in self.caches:
+                view = cache[:batch_size]
+                self.binding.bind_input(past, "cpu", 0, cache.dtype, view.shape, view.ctypes.data)
+                self.binding.bind_output(present, "cpu", 0, cache.dtype, view.shape, view.ctypes.data)
+            self._bound_rows = batch_size
+        self.binding.bind_input(n["input_ids"], "cpu", 0, np.int64, (batch_size, sequence_length), input_ids)
+        self.binding.bind_input(n["attention_mask"], "cpu", 0, np.int64, (batch_size, total_length), attention_mask)
+        needed = batch_size * sequence_length * self.vocab
+        if self.step_logits.size < needed:
+            self.step_logits = np.empty(needed, dtype=self.logits.dtype)
+        step_logits = self.step_logits[:needed].reshape(batch_size, sequence_length, self.vocab)
+        self.binding.bind_output(n["logits"], "cpu", 0, step_logits.dtype, step_logits.shape, step_logits.ctypes.data)
+        start = time.perf_counter_ns()
+        try:
+            self.session.run_with_iobinding(self.binding)
+        except Exception as error:
+            return classify_failure(error), f"{type(error).__name__}: {error}", 0, 0
+        finally:
+            self.session_run_ns += time.perf_counter_ns() - start
+        wanted = np.ctypeslib.as_array((ctypes.c_int32 * batch_size).from_address(positions))
+        self.logits[:batch_size] = step_logits[np.arange(batch_size), wanted]
+        return STATUS_OK, "", self.logits.ctypes.data, batch_size

@@ -246,6 +246,7 @@ void FillDecoderNames(const OgaConfig& handle, DecoderNameStorage& storage) {
   names.block_table = decoder.inputs.block_table.c_str();
   names.block_table_windowed = decoder.inputs.block_table_windowed.c_str();
   names.attention_metadata = decoder.inputs.attention_metadata.c_str();
+  names.attention_mask = decoder.inputs.attention_mask.c_str();
   names.logits_indices = decoder.inputs.logits_indices.c_str();
   names.logits = decoder.outputs.logits.c_str();
   names.num_paged_layers = storage.paged_layer_ids.size();

@@ -92,11 +92,7 @@ uint64_t AutoSizedBlockCount(const ModelConfig& config, size_t bytes_per_block) 
 
 std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   const ModelConfig& config = model->config();
-  if (!config.dynamic_batching) {
-    throw ApiError(
-        "Static batching is not supported yet by oga: the model config has no engine.dynamic_batching section with a "
-        "recognised key. Configure engine.dynamic_batching (block_size, num_blocks, max_batch_size, ...).");
-  }
+  if (!config.dynamic_batching) return CreateStatic(std::move(model));
   const DynamicBatchingConfig& batching = *config.dynamic_batching;
   if (!batching.num_blocks) {
     if (!batching.gpu_utilization_factor) throw ApiError(kBudgetTooSmallMessage);
@@ -137,6 +133,38 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   return engine;
 }
 
+std::shared_ptr<Engine> Engine::CreateStatic(std::shared_ptr<Model> model) {
+  const ModelConfig& config = model->config();
+  if (model->executor().execute_static == nullptr) {
+    throw ApiError("This model's executor has no static batching path; configure engine.dynamic_batching.");
+  }
+  if (config.search.chunk_size > 0) {
+    throw ApiError("search.chunk_size requires dynamic batching; the static batch scheduler cannot chunk a prefill.");
+  }
+  if (config.vocab_size < 1) throw ApiError("vocab_size must be 1 or greater, is " + std::to_string(config.vocab_size));
+  const int64_t max_length = config.search.max_length != 0 ? config.search.max_length : config.context_length;
+  if (max_length <= 0) {
+    throw ApiError("The model's search.max_length must be greater than zero; actual value is " +
+                   std::to_string(max_length));
+  }
+  SchedulerLimits limits;
+  limits.max_batch_size = static_cast<size_t>(config.static_max_batch_size);
+  limits.max_scheduled_tokens = 1;  // the dynamic collaborators stay idle on this path
+  limits.max_block_table_columns = 1;
+  const size_t length = static_cast<size_t>(max_length);
+  std::shared_ptr<Engine> engine(new Engine(std::move(model), limits, length, 0, length));
+  engine->static_scheduler_ = std::make_unique<StaticBatchScheduler>(limits.max_batch_size);
+  engine->static_io_ = std::make_unique<StaticBatchDecoderIO>(limits.max_batch_size, length,
+                                                              engine->model_->config().pad_token_id);
+  engine->static_staged_.resize(limits.max_batch_size);
+  OgaExtEngineGeometry geometry{};
+  geometry.max_batch_size = limits.max_batch_size;
+  geometry.vocab_size = engine->vocab_size_;
+  geometry.max_sequence_length = length;
+  engine->executor_.Open(engine->model_->executor(), geometry);
+  return engine;
+}
+
 Engine::Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size_t block_size, size_t num_blocks,
                uint64_t max_request_length)
     : model_(std::move(model)),
@@ -162,6 +190,7 @@ void Engine::Teardown() noexcept {
   if (torn_down_) return;
   torn_down_ = true;
   cache_.Discard();
+  if (static_scheduler_) static_scheduler_->Clear();
   for (const std::shared_ptr<Request>& request : bound_) {
     cache_.Release(*request);
     request->waiting = false;
@@ -203,6 +232,12 @@ std::shared_ptr<Request> Engine::CreateRequest(const OgaRequestOptions* options,
                    std::to_string(max_length));
   }
   uint64_t max_session_tokens = std::min<uint64_t>(static_cast<uint64_t>(max_length), max_request_length_);
+  if (static_batching() && options != nullptr && options->max_session_tokens > max_request_length_) {
+    // The static path bounds a request by the contiguous cache it is allocated with.
+    throw ApiError("max_session_tokens (" + std::to_string(options->max_session_tokens) +
+                   ") must be greater than zero and no greater than the model-configured search.max_length (" +
+                   std::to_string(max_request_length_) + ").");
+  }
   if (options != nullptr && options->max_session_tokens != 0) {
     if (options->max_session_tokens > max_request_length_) {
       throw ApiError("max_session_tokens (" + std::to_string(options->max_session_tokens) +
@@ -234,6 +269,14 @@ TurnPolicy Engine::ResolveTurnPolicy(const Request& request, const OgaTurnOption
   }
   if (options == nullptr) return policy;
   const TurnOptionValues& values = options->values;
+  if (static_batching()) {
+    // What the static path can never do, in 0.18's words (before anything not supported yet).
+    if (!values.stop_strings.empty()) throw ApiError("Stop strings require an Engine configured for dynamic batching.");
+    if (values.seed) throw ApiError("A per-turn seed requires an Engine configured for dynamic batching.");
+    if (values.delimited_opening_token) {
+      throw ApiError("Delimited guidance requires an Engine configured for dynamic batching.");
+    }
+  }
   if (values.do_sample) throw ApiError(NotSupportedYet("OgaTurnOptionsSetDoSample (do_sample)"));
   if (values.temperature) throw ApiError(NotSupportedYet("OgaTurnOptionsSetTemperature (temperature)"));
   if (values.top_p) throw ApiError(NotSupportedYet("OgaTurnOptionsSetTopP (top_p)"));
@@ -283,8 +326,12 @@ uint64_t Engine::BeginTurn(Request& request, const OgaTurnOptions* options, cons
           "continuing.");
     }
     if (request.finish_reason == OgaFinishReason_Failed) throw ApiError("Cannot continue a Request whose current turn failed.");
-    if (request.processed > 0 && request.cache_slot < 0) {
+    if (request.processed > 0 && !request.resident()) {
       throw ApiError("Cannot continue a request whose model state is no longer resident.");
+    }
+    if (static_batching() && request.static_row >= 0 && static_scheduler_->rows().size() != 1) {
+      throw ApiError("Continuous decoding requires exactly one resident request in a static engine batch; actual "
+                     "resident request count is " + std::to_string(static_scheduler_->rows().size()) + ".");
     }
   }
   if (count == 0) throw ApiError("Expected at least one input token for generation. Received 0.");
@@ -308,8 +355,14 @@ uint64_t Engine::BeginTurn(Request& request, const OgaTurnOptions* options, cons
   // Room for the input and the first generated token; StageResults grows it (fallibly, before
   // commit) so publication never allocates.
   request.tokens.reserve(current + count + 1);
-  const bool enqueue = request.cache_slot < 0 && !request.waiting;
-  if (enqueue) scheduler_.ReserveWaitingSlot();
+  const bool enqueue = !request.resident() && !request.waiting;
+  if (enqueue) {
+    if (static_batching()) {
+      static_scheduler_->ReserveWaitingSlot();
+    } else {
+      scheduler_.ReserveWaitingSlot();
+    }
+  }
 
   request.tokens.insert(request.tokens.end(), input_ids, input_ids + count);
   request.turn_id += 1;
@@ -318,7 +371,13 @@ uint64_t Engine::BeginTurn(Request& request, const OgaTurnOptions* options, cons
   request.finish_reason = OgaFinishReason_None;
   request.policy = policy;
   request.status = RequestStatus::Assigned;
-  if (enqueue) scheduler_.Enqueue(request);
+  if (enqueue) {
+    if (static_batching()) {
+      static_scheduler_->Enqueue(request);
+    } else {
+      scheduler_.Enqueue(request);
+    }
+  }
   return request.turn_id;
 }
 
@@ -326,7 +385,13 @@ bool Engine::CancelTurn(Request& request, uint64_t turn_id) {
   CheckOwnerThread();
   if (request.turn_id == 0) throw ApiError("Cannot cancel a request before a turn has begun.");
   if (turn_id != request.turn_id || !IsExecutable(request)) return false;
-  if (request.waiting) scheduler_.Remove(request);
+  if (request.waiting) {
+    if (static_batching()) {
+      static_scheduler_->RemoveWaiting(request);
+    } else {
+      scheduler_.Remove(request);
+    }
+  }
   PublishTerminal(request, OgaFinishReason_Cancelled, OgaErrorCode_None);
   return true;
 }
@@ -338,8 +403,14 @@ void Engine::Close(Request& request) {
 
 void Engine::CloseRequest(Request& request) noexcept {
   if (request.closed()) return;
-  scheduler_.Remove(request);
-  cache_.Release(request);
+  if (static_batching()) {
+    // A resident static row stays in the batch (it shares the contiguous cache allocation) with its
+    // frozen input until the batch is recycled; only the logical request goes away now.
+    static_scheduler_->RemoveWaiting(request);
+  } else {
+    scheduler_.Remove(request);
+    cache_.Release(request);
+  }
   pending_.RemoveRequest(&request);
   request.status = RequestStatus::Closed;
   request.Detach();
@@ -366,7 +437,8 @@ void Engine::ReclaimAbandoned() {
 bool Engine::HasPendingRequests() {
   CheckOwnerThread();
   ReclaimAbandoned();
-  return !pending_.empty() || (!unhealthy_ && scheduler_.HasExecutableWork());
+  const bool work = static_batching() ? static_scheduler_->HasExecutableWork() : scheduler_.HasExecutableWork();
+  return !pending_.empty() || (!unhealthy_ && work);
 }
 
 void Engine::Run(OgaEngineEventBuffer& buffer) {
@@ -385,6 +457,10 @@ void Engine::Deliver(OgaEngineEventBuffer& buffer) {
 }
 
 void Engine::Step() {
+  if (static_batching()) {
+    StepStatic();
+    return;
+  }
   try {
     const OgaExtExecutionStatus fault =
         faults() != nullptr ? faults()->Consult(OgaExtFaultPhase_Plan) : OgaExtExecutionStatus_Ok;
@@ -514,41 +590,67 @@ void Engine::ExecuteTransaction() {
   }
 }
 
+LogitsRow Engine::LogitsRowAt(const OgaExtStepOutputs& outputs, size_t row) const {
+  const size_t element_size = outputs.logits_type == OgaExtLogitsType_Float16 ? 2 : 4;
+  LogitsRow logits;
+  logits.data = static_cast<const char*>(outputs.logits) + row * outputs.logits_row_stride * element_size;
+  logits.type = outputs.logits_type;
+  return logits;
+}
+
+Engine::StagedResult Engine::SelectToken(Request& request, const LogitsRow& logits) const {
+  StagedResult staged;
+  const bool mask_eos = request.turn_generated_tokens < request.policy.min_generated_tokens;
+  const int32_t token = SelectGreedy(logits, vocab_size_, eos_ids_, mask_eos);
+  if (token < 0) throw RetryableStepError("every logit of a row is NaN or masked");
+  staged.token = token;
+  if (std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) {
+    staged.finish_reason = OgaFinishReason_Eos;  // EOS is neither appended nor emitted
+    return staged;
+  }
+  staged.appended = true;
+  if (request.tokens.size() == request.tokens.capacity()) {
+    // Grow geometrically (before publication, where allocation may still fail safely) so a
+    // request reallocates O(log length) times over its life.
+    request.tokens.reserve(std::min<size_t>(std::max<size_t>(request.tokens.size() * 2, 64),
+                                            static_cast<size_t>(request.max_session_tokens)));
+  }
+  const uint64_t generated = request.turn_generated_tokens + 1;
+  const uint64_t length = request.tokens.size() + 1;
+  if (request.policy.max_generated_tokens != 0 && generated >= request.policy.max_generated_tokens) {
+    staged.finish_reason = OgaFinishReason_MaxGeneratedTokens;
+  } else if (length >= request.max_session_tokens) {
+    staged.finish_reason = OgaFinishReason_MaxSessionTokens;
+  }
+  return staged;
+}
+
+void Engine::PublishToken(Request& request, const StagedResult& staged) {
+  if (staged.appended) {
+    request.tokens.push_back(staged.token);  // capacity ensured by SelectToken
+    ++request.turn_generated_tokens;
+  }
+  const bool finished = staged.finish_reason != OgaFinishReason_None;
+  request.status = finished ? RequestStatus::TurnComplete : RequestStatus::Active;
+  request.finish_reason = staged.finish_reason;
+  if (!staged.appended && !finished) return;
+  EngineEvent event;
+  event.request = request.shared_from_this();
+  event.flags = (staged.appended ? OgaEngineEventFlag_Token : 0u) | (finished ? OgaEngineEventFlag_TurnFinished : 0u);
+  event.turn_id = request.turn_id;
+  event.token = staged.appended ? staged.token : 0;
+  event.finish_reason = staged.finish_reason;
+  if (finished) event.usage = UsageOf(request);
+  pending_.Push(std::move(event));
+}
+
 void Engine::StageResults(const OgaExtStepOutputs& outputs) {
   const bool per_token = executor_.per_token_logits();
-  const size_t element_size = outputs.logits_type == OgaExtLogitsType_Float16 ? 2 : 4;
   for (size_t r = 0; r < plan_.rows.size(); ++r) {
     const RequestStepPlan& row = plan_.rows[r];
-    StagedResult& staged = staged_[r];
-    staged = StagedResult{};
+    staged_[r] = StagedResult{};
     if (!row.samples) continue;  // partial prefill: progress without a token
-    const Request& request = *row.request;
-    const size_t logits_row = per_token ? row.logits_index : r;
-    LogitsRow logits;
-    logits.data = static_cast<const char*>(outputs.logits) + logits_row * outputs.logits_row_stride * element_size;
-    logits.type = outputs.logits_type;
-    const bool mask_eos = request.turn_generated_tokens < request.policy.min_generated_tokens;
-    const int32_t token = SelectGreedy(logits, vocab_size_, eos_ids_, mask_eos);
-    if (token < 0) throw RetryableStepError("every logit of a row is NaN or masked");
-    staged.token = token;
-    if (std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) {
-      staged.finish_reason = OgaFinishReason_Eos;  // EOS is neither appended nor emitted
-      continue;
-    }
-    staged.appended = true;
-    if (request.tokens.size() == request.tokens.capacity()) {
-      // Grow geometrically so a request reallocates O(log length) times over its life.
-      Request& growing = *row.request;
-      growing.tokens.reserve(std::min<size_t>(std::max<size_t>(growing.tokens.size() * 2, 64),
-                                              static_cast<size_t>(growing.max_session_tokens)));
-    }
-    const uint64_t generated = request.turn_generated_tokens + 1;
-    const uint64_t length = request.tokens.size() + 1;
-    if (request.policy.max_generated_tokens != 0 && generated >= request.policy.max_generated_tokens) {
-      staged.finish_reason = OgaFinishReason_MaxGeneratedTokens;
-    } else if (length >= request.max_session_tokens) {
-      staged.finish_reason = OgaFinishReason_MaxSessionTokens;
-    }
+    staged_[r] = SelectToken(*row.request, LogitsRowAt(outputs, per_token ? row.logits_index : r));
   }
 }
 
@@ -557,26 +659,8 @@ void Engine::PublishCommit() {
   scheduler_.CommitAdmissions(plan_);
   for (size_t r = 0; r < plan_.rows.size(); ++r) {
     const RequestStepPlan& row = plan_.rows[r];
-    Request& request = *row.request;
-    const StagedResult& staged = staged_[r];
-    request.processed = row.processed_before + row.token_count;
-    if (!row.samples) continue;
-    if (staged.appended) {
-      request.tokens.push_back(staged.token);  // capacity ensured by StageResults
-      ++request.turn_generated_tokens;
-    }
-    const bool finished = staged.finish_reason != OgaFinishReason_None;
-    request.status = finished ? RequestStatus::TurnComplete : RequestStatus::Active;
-    request.finish_reason = staged.finish_reason;
-    if (!staged.appended && !finished) continue;
-    EngineEvent event;
-    event.request = request.shared_from_this();
-    event.flags = (staged.appended ? OgaEngineEventFlag_Token : 0u) | (finished ? OgaEngineEventFlag_TurnFinished : 0u);
-    event.turn_id = request.turn_id;
-    event.token = staged.appended ? staged.token : 0;
-    event.finish_reason = staged.finish_reason;
-    if (finished) event.usage = UsageOf(request);
-    pending_.Push(std::move(event));
+    row.request->processed = row.processed_before + row.token_count;
+    if (row.samples) PublishToken(*row.request, staged_[r]);
   }
   ++counters_.committed_steps;
 }
@@ -639,12 +723,15 @@ void Engine::Poison(OgaErrorCode code, const std::string& message) noexcept {
   bool affected = false;
   try {
     std::vector<Request*> executable;
-    for (Request* request : scheduler_.residents()) {
-      if (IsExecutable(*request)) executable.push_back(request);
-    }
-    for (Request* request : scheduler_.waiting()) executable.push_back(request);
+    CollectExecutable(executable);
     for (Request* request : executable) {
-      if (request->waiting) scheduler_.Remove(*request);
+      if (request->waiting) {
+        if (static_batching()) {
+          static_scheduler_->RemoveWaiting(*request);
+        } else {
+          scheduler_.Remove(*request);
+        }
+      }
       PublishTerminal(*request, OgaFinishReason_Failed, code);
       affected = true;
     }
@@ -652,6 +739,90 @@ void Engine::Poison(OgaErrorCode code, const std::string& message) noexcept {
   } catch (...) {
     // Out of memory while publishing failures: the stored error still makes every later call fail.
   }
+}
+
+void Engine::CollectExecutable(std::vector<Request*>& out) const {
+  if (static_batching()) {
+    for (const StaticRow& row : static_scheduler_->rows()) {
+      if (IsExecutable(*row.request)) out.push_back(row.request.get());
+    }
+    for (Request* request : static_scheduler_->waiting()) out.push_back(request);
+    return;
+  }
+  for (Request* request : scheduler_.residents()) {
+    if (IsExecutable(*request)) out.push_back(request);
+  }
+  for (Request* request : scheduler_.waiting()) out.push_back(request);
+}
+
+void Engine::StepStatic() {
+  StaticStepKind kind = StaticStepKind::None;
+  const OgaExtStaticStepInputs* inputs = nullptr;
+  std::vector<StaticRow>& rows = static_scheduler_->rows();
+  try {
+    kind = static_scheduler_->PlanStep();
+    if (kind == StaticStepKind::None) return;
+    inputs = &static_io_->Pack(kind, rows);
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& error) {
+    Poison(OgaErrorCode_EngineContractFailure,
+           std::string("Static scheduler failed and the Engine is no longer healthy. Cause: ") + error.what());
+    return;
+  }
+  const uint64_t start = NowNs();
+  OgaExtStepOutputs outputs{};
+  ExecutionResult result = executor_.ExecuteStatic(*inputs, outputs);
+  counters_.executor_ns += NowNs() - start;
+  ++counters_.model_runs;
+  if (result.status == OgaExtExecutionStatus_Ok &&
+      (outputs.logits == nullptr || outputs.logits_rows != rows.size() || outputs.logits_row_stride < vocab_size_ ||
+       outputs.logits_type > OgaExtLogitsType_Float16)) {
+    result.status = OgaExtExecutionStatus_Fatal;
+    result.message = "the executor returned " + std::to_string(outputs.logits_rows) + " logits rows for a batch of " +
+                     std::to_string(rows.size());
+  }
+  // A failed static step has mutated no request: the rows simply run the same step again.
+  switch (result.status) {
+    case OgaExtExecutionStatus_Ok:
+      break;
+    case OgaExtExecutionStatus_Retryable:
+      PushEngineEvent(OgaEngineEventFlag_Retryable, OgaErrorCode_RetryableExecution);
+      return;
+    case OgaExtExecutionStatus_CapacityExceeded:
+      PushEngineEvent(OgaEngineEventFlag_CapacityBlocked, OgaErrorCode_ExecutionCapacityExceeded);
+      return;
+    default:
+      Poison(OgaErrorCode_EngineExecutionFailure,
+             "Static-batch execution failed and the Engine is no longer healthy. Cause: " + result.message);
+      return;
+  }
+  try {
+    for (size_t r = 0; r < rows.size(); ++r) {
+      Request& request = *rows[r].request;
+      static_staged_[r] = StagedResult{};
+      if (IsExecutable(request)) static_staged_[r] = SelectToken(request, LogitsRowAt(outputs, r));
+    }
+  } catch (const RetryableStepError&) {
+    PushEngineEvent(OgaEngineEventFlag_Retryable, OgaErrorCode_RetryableExecution);
+    return;
+  } catch (const std::bad_alloc&) {
+    PushEngineEvent(OgaEngineEventFlag_CapacityBlocked, OgaErrorCode_ExecutionCapacityExceeded);
+    return;
+  }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    StaticRow& row = rows[r];
+    Request& request = *row.request;
+    if (!IsExecutable(request)) continue;  // frozen row
+    request.processed = kind == StaticStepKind::Decode ? request.processed + 1 : request.tokens.size();
+    row.processed = request.processed;
+    PublishToken(request, static_staged_[r]);
+    // What the row is fed once its turn has ended: its own next token, or padding after EOS.
+    row.frozen_token = request.processed < request.tokens.size() ? request.tokens[request.processed]
+                                                                 : model_->config().pad_token_id;
+  }
+  ++counters_.committed_steps;
+  counters_.step_ns += NowNs() - start;
 }
 
 void Engine::SetLastTurnIdForTesting(Request& request, uint64_t turn_id) {

@@ -21,7 +21,9 @@
 #include "model_executor.h"
 #include "paged_cache.h"
 #include "request.h"
+#include "sampler.h"
 #include "scheduler.h"
+#include "static_batch.h"
 #include "step_plan.h"
 #include "varlen_decoder_io.h"
 
@@ -67,9 +69,11 @@ class Engine {
   // Any thread: a request's last external handle was released.
   void NotifyAbandoned() noexcept { abandonment_pending_.store(true, std::memory_order_release); }
 
+  bool static_batching() const { return static_scheduler_ != nullptr; }
   size_t max_batch_size() const { return limits_.max_batch_size; }
-  size_t max_scheduled_tokens() const { return limits_.max_scheduled_tokens; }
-  uint64_t max_request_length() const { return max_request_length_; }
+  // 0 on the static path (no per-step budget; no bound beyond search.max_length), as in 0.18.
+  size_t max_scheduled_tokens() const { return static_batching() ? 0 : limits_.max_scheduled_tokens; }
+  uint64_t max_request_length() const { return static_batching() ? 0 : max_request_length_; }
 
   // Introspection (owner thread).
   std::string CheckInvariants() const;  // empty when every invariant holds
@@ -90,6 +94,7 @@ class Engine {
 
   Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size_t block_size, size_t num_blocks,
          uint64_t max_request_length);
+  static std::shared_ptr<Engine> CreateStatic(std::shared_ptr<Model> model);
 
   TurnPolicy ResolveTurnPolicy(const Request& request, const OgaTurnOptions* options, uint64_t sequence_after) const;
   void ReclaimAbandoned();
@@ -97,8 +102,18 @@ class Engine {
 
   void Step();
   void ExecuteTransaction();
+  // The static path: one batch step without the paged transaction (rows share one contiguous cache).
+  void StepStatic();
+  // Executable turns in publication order (residents or batch rows, then the waiting queue).
+  void CollectExecutable(std::vector<Request*>& out) const;
   void StageResults(const OgaExtStepOutputs& outputs);
   void PublishCommit();
+  LogitsRow LogitsRowAt(const OgaExtStepOutputs& outputs, size_t row) const;
+  // Greedy selection and turn-end staging for one row; grows the token storage so PublishToken
+  // cannot allocate. Throws RetryableStepError when nothing is selectable.
+  StagedResult SelectToken(Request& request, const LogitsRow& logits) const;
+  // Appends the staged token, ends the turn when staged so, and queues the row's event.
+  void PublishToken(Request& request, const StagedResult& staged);
   void Rollback();
   void FailUnserviceable(Request& request);
   void PushEngineEvent(OgaEngineEventFlags flags, OgaErrorCode code);
@@ -121,6 +136,10 @@ class Engine {
   DynamicBatchScheduler scheduler_;
   VarlenDecoderIO io_;
   ModelExecutor executor_;
+  // Set only on the static path.
+  std::unique_ptr<StaticBatchScheduler> static_scheduler_;
+  std::unique_ptr<StaticBatchDecoderIO> static_io_;
+  std::vector<StagedResult> static_staged_;
 
   std::vector<std::shared_ptr<Request>> bound_;  // strong references to every bound request
   uint64_t next_request_serial_ = 1;

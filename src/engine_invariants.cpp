@@ -94,6 +94,27 @@ std::string Engine::CheckInvariants() const {
     if (request->cache_slot >= 0) report("waiting request " + std::to_string(request->serial) + " is resident");
   }
 
+  // The static batch.
+  if (static_scheduler_) {
+    const std::vector<StaticRow>& rows = static_scheduler_->rows();
+    if (rows.size() > limits_.max_batch_size) report("the static batch has more rows than max_batch_size");
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const Request& request = *rows[r].request;
+      if (request.static_row != static_cast<int32_t>(r)) {
+        report("static row " + std::to_string(r) + " names request " + std::to_string(request.serial) +
+               " which does not point back to it");
+      }
+      if (!request.closed() && rows[r].processed != request.processed) {
+        report("static row " + std::to_string(r) + " and its request disagree on the cached length");
+      }
+    }
+    for (const Request* request : static_scheduler_->waiting()) {
+      if (!request->waiting || request->status != RequestStatus::Assigned || request->resident()) {
+        report("waiting static request " + std::to_string(request->serial) + " is not a queued nonresident turn");
+      }
+    }
+  }
+
   // Requests.
   std::vector<uint32_t> retained(bound_.size(), 0);
   for (size_t i = 0; i < pending_.size(); ++i) {
@@ -117,7 +138,7 @@ std::string Engine::CheckInvariants() const {
       report(name + " counts " + std::to_string(request.retained_events) + " retained events, the queue holds " +
              std::to_string(retained[b]));
     }
-    const bool resident = request.cache_slot >= 0;
+    const bool resident = request.resident();
     switch (request.status) {
       case RequestStatus::Unassigned:
         // turn_id may be nonzero here only through OgaExtRequestSetLastTurnIdForTesting.

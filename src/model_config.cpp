@@ -127,6 +127,7 @@ const NameKey<DecoderInputNames> kInputNameKeys[] = {
     {"block_table", &DecoderInputNames::block_table},
     {"block_table_windowed", &DecoderInputNames::block_table_windowed},
     {"attention_metadata", &DecoderInputNames::attention_metadata},
+    {"attention_mask", &DecoderInputNames::attention_mask},
     {"logits_indices", &DecoderInputNames::logits_indices},
     {"past_key_names", &DecoderInputNames::past_key_names},
     {"past_value_names", &DecoderInputNames::past_value_names},

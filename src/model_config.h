@@ -48,6 +48,7 @@ struct DecoderInputNames {
   std::string block_table = "block_table";
   std::string block_table_windowed = "block_table_windowed";
   std::string attention_metadata = "attention_metadata";
+  std::string attention_mask = "attention_mask";  // static (contiguous-cache) decoders
   std::string logits_indices;  // "" = the graph has none
   std::string past_key_names = "past_key_values.%d.key";
   std::string past_value_names = "past_key_values.%d.value";

@@ -32,8 +32,18 @@ void ModelExecutor::Close() noexcept {
 ExecutionResult ModelExecutor::Execute(const OgaExtStepInputs& inputs, OgaExtStepOutputs& outputs) {
   std::memset(&outputs, 0, sizeof(outputs));
   message_[0] = '\0';
+  return Classify(executor_.execute(engine_data_, &inputs, &outputs, message_, sizeof(message_)));
+}
+
+ExecutionResult ModelExecutor::ExecuteStatic(const OgaExtStaticStepInputs& inputs, OgaExtStepOutputs& outputs) {
+  std::memset(&outputs, 0, sizeof(outputs));
+  message_[0] = '\0';
+  return Classify(executor_.execute_static(engine_data_, &inputs, &outputs, message_, sizeof(message_)));
+}
+
+ExecutionResult ModelExecutor::Classify(OgaExtExecutionStatus status) {
   ExecutionResult result;
-  result.status = executor_.execute(engine_data_, &inputs, &outputs, message_, sizeof(message_));
+  result.status = status;
   if (result.status != OgaExtExecutionStatus_Ok) {
     message_[sizeof(message_) - 1] = '\0';
     result.message = message_[0] != '\0' ? message_ : "the model executor reported a failure without a message";

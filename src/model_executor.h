@@ -29,10 +29,14 @@ class ModelExecutor {
 
   // Runs the decoder once. On Ok, `outputs` holds the logits.
   ExecutionResult Execute(const OgaExtStepInputs& inputs, OgaExtStepOutputs& outputs);
+  // The same for a static-batching step; the executor must have execute_static.
+  ExecutionResult ExecuteStatic(const OgaExtStaticStepInputs& inputs, OgaExtStepOutputs& outputs);
 
   bool per_token_logits() const { return executor_.per_token_logits != 0; }
 
  private:
+  ExecutionResult Classify(OgaExtExecutionStatus status);
+
   OgaExtModelExecutor executor_{};
   void* engine_data_ = nullptr;
   bool open_ = false;

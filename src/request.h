@@ -34,6 +34,8 @@ class Request : public std::enable_shared_from_this<Request> {
       : serial(serial), max_session_tokens(max_session_tokens), search(search), engine_(engine) {}
 
   size_t unprocessed() const { return tokens.size() - processed; }
+  // Its model state (paged blocks, or a row of the static batch) is resident.
+  bool resident() const { return cache_slot >= 0 || static_row >= 0; }
   bool closed() const { return status == RequestStatus::Closed; }
   Engine* engine() const { return engine_; }
   // Engine teardown and close detach the request from its engine.
@@ -55,7 +57,8 @@ class Request : public std::enable_shared_from_this<Request> {
 
   // Scheduler and cache membership.
   bool waiting = false;          // in the scheduler's admission queue
-  int32_t cache_slot = -1;       // index of the block table it owns; -1 = not resident
+  int32_t cache_slot = -1;       // dynamic: index of the block table it owns; -1 = not resident
+  int32_t static_row = -1;       // static: its row in the resident batch; -1 = not resident
   uint32_t retained_events = 0;  // undelivered events in the engine's queue
 
   // Public handle bookkeeping: the one external handle (nullptr once the caller released it).

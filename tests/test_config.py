@@ -87,7 +87,7 @@ def with_groups(groups, **decoder):
 # ---------------------------------------------------------------------------------------------
 NAME_FIELDS = ["model_directory", "config_json", "decoder_filename", "input_ids", "position_ids",
                "cumulative_sequence_lengths", "past_sequence_lengths", "block_table", "block_table_windowed",
-               "attention_metadata", "logits_indices", "logits"]
+               "attention_metadata", "attention_mask", "logits_indices", "logits"]
 LIST_FIELDS = ["past_key_names", "past_value_names", "present_key_names", "present_value_names"]
 
 
@@ -553,7 +553,7 @@ def test_decoder_defaults(lib, tmp_path, loader):
         "decoder_filename": "model.onnx", "input_ids": "input_ids", "position_ids": "position_ids",
         "cumulative_sequence_lengths": "cumulative_sequence_lengths", "past_sequence_lengths": "past_sequence_lengths",
         "block_table": "block_table", "block_table_windowed": "block_table_windowed",
-        "attention_metadata": "attention_metadata", "logits_indices": "", "logits": "logits"}
+        "attention_metadata": "attention_metadata", "attention_mask": "attention_mask", "logits_indices": "", "logits": "logits"}
     assert names["past_key_names"][2] == "past_key_values.2.key" and names["present_value_names"][0] == "present.0.value"
     lib.OgaDestroyModel(model)
 

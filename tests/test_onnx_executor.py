@@ -183,12 +183,13 @@ def test_failure_classification():
     assert onnx_executor.classify_failure(RuntimeError("Invalid input dimensions")) == onnx_executor.STATUS_FATAL
 
 
-def test_models_without_dynamic_batching_are_refused_until_static_batching_lands(model_dir, tmp_path):
+def test_a_paged_graph_under_a_static_config_names_the_mismatch(model_dir, tmp_path):
+    """Without engine.dynamic_batching the static path expects OGA's contiguous-cache contract."""
     import shutil
     static = tmp_path / "static"
     shutil.copytree(model_dir, static)
     config = json.loads((static / "genai_config.json").read_text())
     del config["engine"]
     (static / "genai_config.json").write_text(json.dumps(config))
-    with pytest.raises(RuntimeError, match="static batching path .* not supported yet by oga"):
+    with pytest.raises(RuntimeError, match=r"model\.onnx: tensor 'input_ids' has shape \['num_tokens'\]; expected rank 2"):
         og.Model(str(static))

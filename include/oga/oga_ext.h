@@ -43,6 +43,9 @@ typedef struct OgaExtEngineGeometry {
   size_t max_scheduled_tokens;  /* max packed tokens per step */
   size_t max_block_table_columns;
   size_t vocab_size;
+  /* Static batching only (block_size == 0): tokens one row's contiguous cache holds
+   * (search.max_length). 0 on the dynamic path. */
+  size_t max_sequence_length;
 } OgaExtEngineGeometry;
 
 /* One packed step. Arrays live in engine-owned buffers preallocated at the configured limits;
@@ -60,6 +63,18 @@ typedef struct OgaExtStepInputs {
   const int32_t* logits_indices;              /* [num_rows] packed token index whose logits row is needed */
   int32_t graph_eligible;                     /* 1: pure decode, one token per row */
 } OgaExtStepInputs;
+
+/* One step of a static (contiguous-cache) batch: every resident row takes part, right-padded.
+ * Row r's cache holds attention_mask[r] ones worth of tokens after the step; the logits it needs
+ * are those of position logits_positions[r] of its query. Valid only during execute_static. */
+typedef struct OgaExtStaticStepInputs {
+  size_t batch_size;
+  size_t sequence_length;        /* query tokens per row (prefill: longest prompt; decode: 1) */
+  size_t total_sequence_length;  /* attention_mask width */
+  const int64_t* input_ids;      /* [batch_size, sequence_length], pad_token_id after a row's tokens */
+  const int64_t* attention_mask; /* [batch_size, total_sequence_length]: ones, then zeros */
+  const int32_t* logits_positions; /* [batch_size] */
+} OgaExtStaticStepInputs;
 
 /* Filled by execute. `logits` must stay valid until the next execute or close_engine. Either
  * one row per packed token (logits_rows == num_tokens) or one row per request
@@ -89,6 +104,10 @@ typedef struct OgaExtModelExecutor {
   void (*close_engine)(void* engine_data);
   /* Called once when the last reference to the model goes away. May be NULL. */
   void (*release_model)(void* model_data);
+  /* Runs a static-batching step (models without engine.dynamic_batching); must return one logits
+   * row per batch row. NULL: the executor has no static path and such engines are refused. */
+  OgaExtExecutionStatus (*execute_static)(void* engine_data, const OgaExtStaticStepInputs* inputs,
+                                          OgaExtStepOutputs* outputs, char* message, size_t message_capacity);
 } OgaExtModelExecutor;
 
 /* Creates a model from a genai_config.json document (text) and an executor. The executor table is
@@ -119,6 +138,7 @@ typedef struct OgaExtDecoderNames {
   const char* block_table;
   const char* block_table_windowed;
   const char* attention_metadata;
+  const char* attention_mask;  /* static decoders */
   const char* logits_indices; /* "" when the config names none */
   const char* logits;         /* output */
   /* The paged_kv group: logical layer ids and their expanded cache names, in layer order. */
@@ -128,7 +148,7 @@ typedef struct OgaExtDecoderNames {
   const char* const* past_value_names;
   const char* const* present_key_names;
   const char* const* present_value_names;
-  size_t block_size;  /* engine.dynamic_batching.block_size; 0 without dynamic batching */
+  size_t block_size;  /* engine.dynamic_batching.block_size; 0 without dynamic batching (static) */
   size_t vocab_size;
 } OgaExtDecoderNames;
 

@@ -67,6 +67,15 @@ def build_model_dirs(root) -> Dict[str, Tuple[str, Optional[str]]]:
         if not os.path.exists(os.path.join(path, "genai_config.json")):
             build(None, path, random_spec=model_spec(), seed=MODEL_SEED, context_length=64, **cfg)
         dirs[name] = (path, overlay)
+    # The static path runs OGA's own CPU build (contiguous GroupQueryAttention caches), made by
+    # onnxruntime-genai's builder from a fixed random Llama checkpoint (tests/static_models.py).
+    from static_models import build_tiny_llama
+
+    path = os.path.join(str(root), "static")
+    if not os.path.exists(os.path.join(path, ".complete")):
+        build_tiny_llama(path, max_length=64)
+        open(os.path.join(path, ".complete"), "w").close()
+    dirs["static"] = (path, None)
     return dirs
 
 

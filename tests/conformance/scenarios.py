@@ -32,6 +32,7 @@ STALE_VIEWS = "Stale event views raise"
 SEED_ERA = "Seed-era compatibility forms are accepted"
 NOT_YET = "Not supported yet"
 HUGE_BUFFERS = "Absurd event-buffer capacities are refused before allocating"
+STATIC_BATCH_SIZE = "engine.static_batching.max_batch_size is honoured"
 PY_ARGUMENT_ERRORS = "Python argument errors use Python's exception types"
 
 S = []
@@ -558,6 +559,82 @@ def _evs(recs):
     from scenario import events_of
 
     return events_of(recs)
+
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Static batching (OGA's CPU build: contiguous caches, attention_mask, waves of at most 4 rows)
+# ---------------------------------------------------------------------------------------------
+S_A = [504, 3575, 282, 4649, 314]
+S_B = [2705, 28, 827, 28, 1296, 28, 1876, 28]
+S_C = [42]
+S_D = [10, 11, 12]
+S_E = [7, 8, 9, 10, 11, 12, 13]
+S_F = [300, 301]
+
+
+def static(name, actions, **kw):
+    sc(name, actions, model="static", **kw)
+
+
+FOUR = [create("r1"), create("r2"), create("r3"), create("r4"), begin("r1", S_A, max_gen=6), begin("r2", S_B, max_gen=4),
+        begin("r3", S_C, max_gen=5), begin("r4", S_D, max_gen=3)]
+static("static_four_rows_right_padded", FOUR + [drain(64)])
+static("static_capacity_one_drains_a_step", FOUR + [drain(1)])
+static("static_capacity_two_retains_overflow", FOUR + [run(2), pending(), run(2), drain(3)])
+static("static_six_requests_run_in_two_waves",
+       FOUR + [create("r5"), create("r6"), begin("r5", S_E, max_gen=2), begin("r6", S_F, max_gen=3), drain(64)])
+static("static_queued_requests_wait_for_the_wave",
+       [create("r1"), begin("r1", S_A, max_gen=3), run(64), create("r2"), begin("r2", S_B, max_gen=2), run(64),
+        pending(), drain(64)])
+static("static_close_resident_row_mid_wave",
+       [create("r1"), create("r2"), begin("r1", S_A, max_gen=5), begin("r2", S_B, max_gen=5), run(64), close("r1"),
+        drain(64), begin("r2", [5, 6], max_gen=2, label="continuation with two resident rows"), pending()])
+static("static_release_resident_row_mid_wave",
+       [create("r1"), create("r2"), begin("r1", S_A, max_gen=5), begin("r2", S_B, max_gen=5), run(64), release("r1"),
+        drain(64)])
+static("static_single_row_continuation",
+       [create("r1"), begin("r1", S_A, max_gen=4), drain(64), begin("r1", [5, 6, 7], max_gen=4), drain(64),
+        begin("r1", [8], max_gen=2), drain(64)])
+static("static_continuation_after_the_batch_was_recycled",
+       [create("r1"), begin("r1", S_A, max_gen=2), drain(64), create("r2"), begin("r2", S_B, max_gen=2), drain(64),
+        begin("r1", [5], max_gen=2), pending()])
+static("static_cancel_queued_request",
+       FOUR + [create("r5"), begin("r5", S_E, max_gen=2), cancel("r5", 1), drain(64), begin("r5", [5, 6], max_gen=2),
+               drain(64)])
+static("static_cancel_active_row",
+       [create("r1"), create("r2"), begin("r1", S_A, max_gen=6), begin("r2", S_B, max_gen=6), run(64), run(64),
+        cancel("r1", 1), cancel("r1", 1), drain(64)])
+static("static_session_limit_ends_the_turn",
+       [create("r1", max_session=9), begin("r1", S_A, max_gen=20), drain(64), pending()])
+static("static_session_cap_above_max_length",
+       [create("r1", max_session=65), pending()], expect=raises("model-configured search.max_length (64)"))
+static("static_prompt_must_leave_room",
+       [create("r1", max_session=5), begin("r1", S_A), pending()],
+       expect=raises("must leave room for at least one generated token"))
+static("static_capabilities", [capabilities(), pending()])
+static("static_per_turn_seed_rejected",
+       [create("r1"), turn_options("o", "r1", seed=5), begin("r1", S_A, opts="o"), pending()],
+       expect=raises("A per-turn seed requires an Engine configured for dynamic batching."))
+static("static_chunk_size_rejected_at_engine_creation",
+       [model('{"search": {"chunk_size": 4}}'), engine_from("e4", "m")],
+       expect=raises("search.chunk_size requires dynamic batching; the static batch scheduler cannot chunk a prefill."))
+static("static_min_generated_tokens",
+       [create("r1"), turn_options("o", "r1", min_generated_tokens=3, max_generated_tokens=4), begin("r1", S_C, opts="o"),
+        drain(64)])
+static("static_close_every_state",
+       [create("r1"), close("r1"), create("r2"), begin("r2", S_A, max_gen=3), close("r2"), create("r3"),
+        begin("r3", S_B, max_gen=3), run(64), close("r3"), close("r3"), pending(), drain(64)])
+static("static_batch_size_overlay",
+       [model('{"engine": {"static_batching": {"max_batch_size": 2}}}'), engine_from("e2", "m"),
+        capabilities("e2"), create("r1", engine="e2"), create("r2", engine="e2"), create("r3", engine="e2"),
+        begin("r1", S_A, max_gen=2), begin("r2", S_B, max_gen=2), begin("r3", S_C, max_gen=2),
+        run(64, engine="e2", label="first run"), run(64, engine="e2", label="second run"),
+        run(64, engine="e2", label="third run"), drain(64, engine="e2", label="rest")],
+       differences={k: Difference(STATIC_BATCH_SIZE, "0.18 reports the configured size but always batches 4 rows; "
+                                  "oga batches engine.static_batching.max_batch_size (2) rows, so the third request "
+                                  "waits for the second wave") for k in ("first run", "second run", "third run", "rest")})
 
 
 SCENARIOS = {s.name: s for s in S}

@@ -1,0 +1,66 @@
+"""The static batching path on the CPU models OGA's own builder writes (GroupQueryAttention over
+contiguous caches shared by past and present). Behaviour against onnxruntime-genai 0.18 is compared
+scenario by scenario in tests/conformance (model "static"); this file covers the real model and the
+cache binding."""
+import numpy as np
+
+import oga as og
+from oga import onnx_executor, testing
+from static_models import smollm2_static_dir, tiny_llama_static_dir  # noqa: F401  (fixtures)
+
+CHAT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407, 19712, 8182, 2,
+        198, 1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198]
+
+
+def _run(engine, prompts, max_new):
+    requests = []
+    for prompt in prompts:
+        request = engine.create_request()
+        options = og.TurnOptions(request)
+        options.set_max_generated_tokens(max_new)
+        request.begin_turn(np.asarray(prompt, dtype=np.int32), options)
+        requests.append(request)
+    buffer = engine.create_event_buffer(16)
+    tokens, reasons = {r: [] for r in requests}, {}
+    while engine.has_pending_requests():
+        for event in engine.run(buffer):
+            if event.token is not None:
+                tokens[event.request].append(event.token)
+            if event.flags & og.EngineEventFlags.TURN_FINISHED:
+                reasons[event.request] = event.finish_reason
+        testing.check_invariants(engine)
+    return [tokens[r] for r in requests], [reasons[r] for r in requests]
+
+
+def test_smollm2_static_build_answers_the_chat_prompt(smollm2_static_dir):
+    engine = og.Engine(og.Model(smollm2_static_dir))
+    capabilities = engine.get_capabilities()
+    assert (capabilities.configured_max_batch_size, capabilities.max_scheduled_tokens,
+            capabilities.max_request_length) == (4, 0, 0)
+    tokens, reasons = _run(engine, [CHAT, [504, 3575, 282, 4649, 314]], 24)
+    # onnxruntime-genai 0.18's static engine on the same directory: "The capital of France is Paris." then EOS.
+    assert tokens[0] == [504, 3575, 282, 4649, 314, 7042, 30]
+    assert reasons[0] == og.FinishReason.EOS
+    tokenizer = og.Tokenizer(og.Model(smollm2_static_dir))
+    assert tokenizer.decode(tokens[0]) == "The capital of France is Paris."
+    assert tokens[1][:2] == [7042, 30]  # " Paris."
+
+
+def test_static_caches_are_bound_in_place(tiny_llama_static_dir):
+    before = set(map(id, onnx_executor.OnnxEngineExecutor.live))
+    engine = og.Engine(og.Model(tiny_llama_static_dir))
+    [executor] = [e for e in onnx_executor.OnnxEngineExecutor.live if id(e) not in before]
+    addresses = [cache.ctypes.data for _, _, cache in executor.caches]
+    assert not any(cache.any() for _, _, cache in executor.caches)
+    _run(engine, [[504, 3575, 282], [42]], 4)
+    # GroupQueryAttention wrote keys and values straight into the buffers oga bound as past and present.
+    assert all(cache.any() for _, _, cache in executor.caches)
+    assert [cache.ctypes.data for _, _, cache in executor.caches] == addresses
+
+
+def test_batched_rows_equal_each_alone(tiny_llama_static_dir):
+    model = og.Model(tiny_llama_static_dir)
+    prompts = [[504, 3575, 282, 4649, 314], [2705, 28, 827, 28], [42], [10, 11, 12, 13, 14, 15]]
+    alone = [_run(og.Engine(model), [p], 6)[0][0] for p in prompts]
+    together, _ = _run(og.Engine(model), prompts, 6)
+    assert together == alone
