@@ -153,7 +153,8 @@ std::shared_ptr<Engine> Engine::CreateStatic(std::shared_ptr<Model> model) {
   limits.max_block_table_columns = 1;
   const size_t length = static_cast<size_t>(max_length);
   std::shared_ptr<Engine> engine(new Engine(std::move(model), limits, length, 0, length));
-  engine->static_scheduler_ = std::make_unique<StaticBatchScheduler>(limits.max_batch_size);
+  engine->static_scheduler_ =
+      std::make_unique<StaticBatchScheduler>(limits.max_batch_size, engine->model_->config().pad_token_id);
   engine->static_io_ = std::make_unique<StaticBatchDecoderIO>(limits.max_batch_size, length,
                                                               engine->model_->config().pad_token_id);
   engine->static_staged_.resize(limits.max_batch_size);

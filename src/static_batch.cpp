@@ -33,6 +33,8 @@ bool StaticBatchScheduler::AnyRowExecutable() const {
 bool StaticBatchScheduler::HasExecutableWork() const { return !waiting_.empty() || AnyRowExecutable(); }
 
 StaticStepKind StaticBatchScheduler::PlanStep() {
+  // A batch whose prefill has not committed yet (a retryable failure) prefills again.
+  if (!rows_.empty() && rows_.front().processed == 0 && AnyRowExecutable()) return StaticStepKind::PrefillBatch;
   for (const StaticRow& row : rows_) {
     if (row.request->status == RequestStatus::Assigned) return StaticStepKind::Continue;
   }
@@ -53,6 +55,7 @@ void StaticBatchScheduler::RecycleAndAdmit() {
     request.static_row = static_cast<int32_t>(i);
     StaticRow row;
     row.request = request.shared_from_this();
+    row.frozen_token = pad_token_id_;
     rows_.push_back(std::move(row));
   }
   waiting_.erase(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(admitted));
@@ -78,9 +81,11 @@ const OgaExtStaticStepInputs& StaticBatchDecoderIO::Pack(StaticStepKind kind, co
   size_t total = 0;
   for (const StaticRow& row : rows) {
     const Request& request = *row.request;
-    if (kind == StaticStepKind::PrefillBatch) {
+    if (request.closed()) {
+      total = std::max(total, row.processed + 1);
+    } else if (kind == StaticStepKind::PrefillBatch) {
       query = std::max(query, request.tokens.size());
-      total = query;
+      total = std::max(total, query);
     } else if (kind == StaticStepKind::Continue && request.status == RequestStatus::Assigned) {
       query = request.unprocessed();
       total = std::max(total, request.tokens.size());
@@ -99,20 +104,22 @@ const OgaExtStaticStepInputs& StaticBatchDecoderIO::Pack(StaticStepKind kind, co
     int64_t* mask = attention_mask_.data() + r * total;
     size_t fed = 1;      // real tokens in this row's query
     size_t length = 0;   // ones in this row's mask
-    if (kind == StaticStepKind::PrefillBatch) {
+    const bool open = !request.closed();
+    if (open && kind == StaticStepKind::PrefillBatch) {
       fed = request.tokens.size();
       std::copy(request.tokens.begin(), request.tokens.end(), ids);
       length = fed;
-    } else if (kind == StaticStepKind::Continue && request.status == RequestStatus::Assigned) {
+    } else if (open && kind == StaticStepKind::Continue && request.status == RequestStatus::Assigned) {
       fed = request.unprocessed();
       std::copy(request.tokens.begin() + static_cast<std::ptrdiff_t>(request.processed), request.tokens.end(), ids);
       length = request.tokens.size();
-    } else if (request.status == RequestStatus::Active) {
+    } else if (open && request.status == RequestStatus::Active) {
       ids[0] = request.tokens[request.processed];
       length = row.processed + 1;
     } else {
-      // Ended or closed rows rewrite their own next slot with a frozen input: they still share the
-      // batch's cache allocation, but nothing they compute is read.
+      // Rows whose turn ended, and closed rows (which keep only this row-essential state), rewrite
+      // their own next slot with a frozen input: they still share the batch's cache allocation, but
+      // nothing they compute is read.
       ids[0] = row.frozen_token;
       length = row.processed + 1;
     }

@@ -37,7 +37,8 @@ enum class StaticStepKind {
 
 class StaticBatchScheduler {
  public:
-  explicit StaticBatchScheduler(size_t max_batch_size) : max_batch_size_(max_batch_size) {}
+  StaticBatchScheduler(size_t max_batch_size, int32_t pad_token_id)
+      : max_batch_size_(max_batch_size), pad_token_id_(pad_token_id) {}
 
   void ReserveWaitingSlot();
   void Enqueue(Request& request);
@@ -59,6 +60,7 @@ class StaticBatchScheduler {
   void RecycleAndAdmit();
 
   size_t max_batch_size_;
+  int32_t pad_token_id_;
   std::vector<StaticRow> rows_;
   std::vector<Request*> waiting_;
 };

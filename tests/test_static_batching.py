@@ -64,3 +64,45 @@ def test_batched_rows_equal_each_alone(tiny_llama_static_dir):
     alone = [_run(og.Engine(model), [p], 6)[0][0] for p in prompts]
     together, _ = _run(og.Engine(model), prompts, 6)
     assert together == alone
+
+
+def test_failed_prefill_and_decode_steps_are_retried(tiny_llama_static_dir):
+    """A static step mutates nothing before it succeeds: an out-of-memory failure reports
+    CAPACITY_BLOCKED and the next run repeats the same step (prefill of a fresh batch included)."""
+    model = og.Model(tiny_llama_static_dir)
+    prompts = [[504, 3575, 282], [42, 43]]
+    expected, _ = _run(og.Engine(model), prompts, 5)
+    before = set(map(id, onnx_executor.OnnxEngineExecutor.live))
+    engine = og.Engine(model)
+    [executor] = [e for e in onnx_executor.OnnxEngineExecutor.live if id(e) not in before]
+    session = executor.session
+    failures = {1, 3}  # the prefill, then the second decode
+    calls = []
+
+    class FlakySession:
+        def run_with_iobinding(self, binding):
+            calls.append(1)
+            if len(calls) in failures:
+                raise RuntimeError("Failed to allocate memory for requested buffer of size 1")
+            session.run_with_iobinding(binding)
+
+    executor.session = FlakySession()
+    requests = []
+    for prompt in prompts:
+        request = engine.create_request()
+        options = og.TurnOptions(request)
+        options.set_max_generated_tokens(5)
+        request.begin_turn(np.asarray(prompt, dtype=np.int32), options)
+        requests.append(request)
+    buffer = engine.create_event_buffer(16)
+    tokens, blocked = {r: [] for r in requests}, 0
+    while engine.has_pending_requests():
+        for event in engine.run(buffer):
+            if event.request is None:
+                assert event.error_code == og.EngineErrorCode.EXECUTION_CAPACITY_EXCEEDED
+                blocked += 1
+            elif event.token is not None:
+                tokens[event.request].append(event.token)
+        testing.check_invariants(engine)
+    assert blocked == 2
+    assert [tokens[r] for r in requests] == expected
