@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <new>
+#include <random>
 #include <utility>
 
 #include "sampler.h"
@@ -36,9 +37,7 @@ OgaTurnUsage UsageOf(const Request& request) {
 }
 
 std::string NotSupportedYet(const char* what) {
-  return std::string(what) +
-         " is not supported yet by oga: this engine decodes greedily until per-turn generation policy lands. "
-         "Remove it from the turn options.";
+  return std::string(what) + " is not supported yet by oga. Remove it from the turn options.";
 }
 
 constexpr const char* kBudgetTooSmallMessage = "The key-value cache budget is too small to hold the reserved decoder state.";
@@ -179,7 +178,8 @@ Engine::Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size
              static_cast<size_t>((max_request_length + block_size - 1) / block_size)),
       scheduler_(limits, cache_),
       io_(limits.max_batch_size, limits.max_scheduled_tokens, cache_.max_columns()),
-      pending_(limits.max_batch_size * 8 + 1) {
+      pending_(limits.max_batch_size * 8 + 1),
+      scratch_(static_cast<size_t>(model_->config().vocab_size)) {
   plan_.rows.reserve(limits.max_batch_size);
   plan_.unserviceable.reserve(limits.max_batch_size);
   staged_.resize(limits.max_batch_size);
@@ -248,53 +248,33 @@ std::shared_ptr<Request> Engine::CreateRequest(const OgaRequestOptions* options,
     max_session_tokens = options->max_session_tokens;
   }
   bound_.reserve(bound_.size() + 1);
+  // The request's durable seed basis: search.random_seed, else drawn once from the OS.
+  const uint64_t seed = search.random_seed ? *search.random_seed
+                                           : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   auto request = std::make_shared<Request>(this, next_request_serial_++, max_session_tokens, search);
+  request->stream.Seed(seed);
   bound_.push_back(request);
   return request;
 }
 
 TurnPolicy Engine::ResolveTurnPolicy(const Request& request, const OgaTurnOptions* options,
                                      uint64_t sequence_after) const {
-  TurnPolicy policy;
-  const SearchConfig& search = request.search;
-  if (search.do_sample) {
-    throw ApiError(
-        "Sampling (search.do_sample = true) is not supported yet by oga: this engine decodes greedily until per-turn "
-        "generation policy lands. Set search.do_sample to false in the model config.");
-  }
-  if (search.repetition_penalty != 1.0) {
-    throw ApiError("search.repetition_penalty other than 1.0 is not supported yet by oga.");
-  }
-  if (search.no_repeat_ngram_size != 0) {
-    throw ApiError("search.no_repeat_ngram_size other than 0 is not supported yet by oga.");
-  }
-  if (options == nullptr) return policy;
-  const TurnOptionValues& values = options->values;
-  if (static_batching()) {
+  const TurnOptionValues* values = options != nullptr ? &options->values : nullptr;
+  if (values != nullptr && static_batching()) {
     // What the static path can never do, in 0.18's words (before anything not supported yet).
-    if (!values.stop_strings.empty()) throw ApiError("Stop strings require an Engine configured for dynamic batching.");
-    if (values.seed) throw ApiError("A per-turn seed requires an Engine configured for dynamic batching.");
-    if (values.delimited_opening_token) {
+    if (!values->stop_strings.empty()) throw ApiError("Stop strings require an Engine configured for dynamic batching.");
+    if (values->seed) throw ApiError("A per-turn seed requires an Engine configured for dynamic batching.");
+    if (values->delimited_opening_token) {
       throw ApiError("Delimited guidance requires an Engine configured for dynamic batching.");
     }
   }
-  if (values.do_sample) throw ApiError(NotSupportedYet("OgaTurnOptionsSetDoSample (do_sample)"));
-  if (values.temperature) throw ApiError(NotSupportedYet("OgaTurnOptionsSetTemperature (temperature)"));
-  if (values.top_p) throw ApiError(NotSupportedYet("OgaTurnOptionsSetTopP (top_p)"));
-  if (values.top_k) throw ApiError(NotSupportedYet("OgaTurnOptionsSetTopK (top_k)"));
-  if (values.repetition_penalty) {
-    throw ApiError(NotSupportedYet("OgaTurnOptionsSetRepetitionPenalty (repetition_penalty)"));
+  TurnPolicy policy = oga::ResolveTurnPolicy(request.search, values, vocab_size_);
+  if (values != nullptr) {
+    if (!values->stop_strings.empty()) throw ApiError(NotSupportedYet("OgaTurnOptionsSetStopStrings (stop strings)"));
+    if (!values->guidance_type.empty() || values->delimited_opening_token) {
+      throw ApiError(NotSupportedYet("Guidance (OgaTurnOptionsSetGuidance / SetDelimitedGuidance)"));
+    }
   }
-  if (values.no_repeat_ngram_size) {
-    throw ApiError(NotSupportedYet("OgaTurnOptionsSetNoRepeatNgramSize (no_repeat_ngram_size)"));
-  }
-  if (values.seed) throw ApiError(NotSupportedYet("OgaTurnOptionsSetSeed (a per-turn seed)"));
-  if (!values.stop_strings.empty()) throw ApiError(NotSupportedYet("OgaTurnOptionsSetStopStrings (stop strings)"));
-  if (!values.guidance_type.empty() || values.delimited_opening_token) {
-    throw ApiError(NotSupportedYet("Guidance (OgaTurnOptionsSetGuidance / SetDelimitedGuidance)"));
-  }
-  policy.max_generated_tokens = values.max_generated_tokens;
-  policy.min_generated_tokens = values.min_generated_tokens;
   if (policy.max_generated_tokens != 0 && policy.min_generated_tokens > policy.max_generated_tokens) {
     throw ApiError("min_generated_tokens (" + std::to_string(policy.min_generated_tokens) +
                    ") must not exceed max_generated_tokens (" + std::to_string(policy.max_generated_tokens) + ").");
@@ -553,10 +533,11 @@ void Engine::ExecuteTransaction() {
   }
   // Select and stage next tokens.
   try {
+    StageResults(outputs);
+    // After the draws, so a rolled-back step proves that staged draws never reach the requests.
     if (faults() != nullptr && faults()->Consult(OgaExtFaultPhase_Sample) != OgaExtExecutionStatus_Ok) {
       throw RetryableStepError("injected post-processing fault");
     }
-    StageResults(outputs);
   } catch (const RetryableStepError&) {
     Rollback();
     PushEngineEvent(OgaEngineEventFlag_Retryable, OgaErrorCode_RetryableExecution);
@@ -599,11 +580,34 @@ LogitsRow Engine::LogitsRowAt(const OgaExtStepOutputs& outputs, size_t row) cons
   return logits;
 }
 
-Engine::StagedResult Engine::SelectToken(Request& request, const LogitsRow& logits) const {
+Engine::StagedResult Engine::SelectToken(Request& request, const LogitsRow& logits) {
   StagedResult staged;
-  const bool mask_eos = request.turn_generated_tokens < request.policy.min_generated_tokens;
-  const int32_t token = SelectGreedy(logits, vocab_size_, eos_ids_, mask_eos);
-  if (token < 0) throw RetryableStepError("every logit of a row is NaN or masked");
+  const TurnPolicy& policy = request.policy;
+  const bool mask_eos = request.turn_generated_tokens < policy.min_generated_tokens;
+  int32_t token;
+  if (policy.greedy && !policy.processes_logits()) {
+    token = SelectGreedy(logits, vocab_size_, eos_ids_, mask_eos);  // no copy of the row needed
+  } else {
+    LoadLogits(logits, vocab_size_, scratch_);
+    ProcessLogits(request.tokens, eos_ids_, mask_eos, policy.repetition_penalty, policy.no_repeat_ngram_size,
+                  scratch_);
+    if (policy.greedy) {
+      token = ArgMaxProcessed(scratch_);  // a greedy step draws nothing
+    } else {
+      // Draw from a copy: the request's stream (or the turn's reseed) advances only at commit.
+      staged.stream = policy.seed ? RandomStream(*policy.seed) : request.stream;
+      staged.drew = true;
+      token = SampleProcessed(policy.temperature, policy.top_k, policy.top_p, staged.stream, scratch_);
+    }
+  }
+  if (token < 0) {
+    // The processors masked every token (e.g. a no-repeat n-gram of size 1 over a sequence that used
+    // the whole vocabulary). Retrying would stall the batch forever, so the row falls back to the top
+    // raw logit, still honouring the EOS floor when anything else is left.
+    token = SelectGreedy(logits, vocab_size_, eos_ids_, mask_eos);
+    if (token < 0) token = SelectGreedy(logits, vocab_size_, eos_ids_, false);
+    if (token < 0) throw RetryableStepError("every logit of a row is NaN");
+  }
   staged.token = token;
   if (std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) {
     staged.finish_reason = OgaFinishReason_Eos;  // EOS is neither appended nor emitted
@@ -627,6 +631,10 @@ Engine::StagedResult Engine::SelectToken(Request& request, const LogitsRow& logi
 }
 
 void Engine::PublishToken(Request& request, const StagedResult& staged) {
+  if (staged.drew) {
+    request.stream = staged.stream;
+    request.policy.seed.reset();  // the turn's reseed is durable now
+  }
   if (staged.appended) {
     request.tokens.push_back(staged.token);  // capacity ensured by SelectToken
     ++request.turn_generated_tokens;

@@ -90,6 +90,8 @@ class Engine {
     int32_t token = -1;
     bool appended = false;
     OgaFinishReason finish_reason = OgaFinishReason_None;
+    bool drew = false;    // the row sampled: `stream` is the request's advanced random stream
+    RandomStream stream;
   };
 
   Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size_t block_size, size_t num_blocks,
@@ -111,7 +113,7 @@ class Engine {
   LogitsRow LogitsRowAt(const OgaExtStepOutputs& outputs, size_t row) const;
   // Greedy selection and turn-end staging for one row; grows the token storage so PublishToken
   // cannot allocate. Throws RetryableStepError when nothing is selectable.
-  StagedResult SelectToken(Request& request, const LogitsRow& logits) const;
+  StagedResult SelectToken(Request& request, const LogitsRow& logits);
   // Appends the staged token, ends the turn when staged so, and queues the row's event.
   void PublishToken(Request& request, const StagedResult& staged);
   void Rollback();
@@ -148,6 +150,7 @@ class Engine {
   StepPlan plan_;
   std::vector<StagedResult> staged_;
   EventQueue pending_;
+  SamplingScratch scratch_;
 
   bool unhealthy_ = false;
   std::string fatal_message_;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model_config.h"
+#include "random_stream.h"
 #include "oga/oga.h"
 #include "turn_options.h"
 
@@ -54,6 +55,7 @@ class Request : public std::enable_shared_from_this<Request> {
   uint64_t turn_generated_tokens = 0;
   OgaFinishReason finish_reason = OgaFinishReason_None;
   TurnPolicy policy;
+  RandomStream stream;  // advanced only by committed sampling steps
 
   // Scheduler and cache membership.
   bool waiting = false;          // in the scheduler's admission queue

@@ -22,4 +22,29 @@ int32_t SelectGreedy(const LogitsRow& row, size_t vocab_size, const std::vector<
 // IEEE half -> float.
 float HalfToFloat(uint16_t half);
 
+// Per-engine scratch for logits processing and sampling, sized to the vocabulary once, so a step
+// allocates nothing.
+struct SamplingScratch {
+  explicit SamplingScratch(size_t vocab_size)
+      : logits(vocab_size), seen(vocab_size, 0), order(vocab_size), probabilities(vocab_size) {}
+  std::vector<float> logits;
+  std::vector<uint8_t> seen;
+  std::vector<int32_t> order;
+  std::vector<double> probabilities;
+};
+
+// Copies a logits row into scratch.logits as float.
+void LoadLogits(const LogitsRow& row, size_t vocab_size, SamplingScratch& scratch);
+// The logits processors, in 0.18's order after guidance: EOS masked while the turn is below its
+// minimum, repetition penalty over every distinct token of the sequence (positive logits divided,
+// negative multiplied), and no-repeat n-gram (tokens that would repeat an n-gram of the sequence).
+void ProcessLogits(const std::vector<int32_t>& sequence, const std::vector<int32_t>& eos_ids, bool mask_eos,
+                   float repetition_penalty, int32_t no_repeat_ngram_size, SamplingScratch& scratch);
+// Index of the largest processed logit (lowest index on ties); -1 if every logit is -inf or NaN.
+int32_t ArgMaxProcessed(const SamplingScratch& scratch);
+// Temperature, then the top_k largest (0 = all; ties: lowest index first), softmax, then the
+// smallest prefix reaching top_p (when 0 < top_p < 1), then one draw from `stream`.
+int32_t SampleProcessed(float temperature, int32_t top_k, float top_p, class RandomStream& stream,
+                        SamplingScratch& scratch);
+
 }  // namespace oga

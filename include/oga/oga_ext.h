@@ -187,7 +187,8 @@ typedef uint32_t OgaExtFaultPhase;
                                             and leaves the engine healthy */
 #define OgaExtFaultPhase_Reserve 1u       /* cache reservation after an executable plan: contract failure */
 #define OgaExtFaultPhase_Execute 2u       /* the executor reports `kind` */
-#define OgaExtFaultPhase_Sample 3u        /* post-processing failure: retryable batch abort */
+#define OgaExtFaultPhase_Sample 3u        /* post-processing failure after the rows' tokens were selected
+                                            (and drawn): retryable batch abort */
 #define OgaExtFaultPhase_CommitPrepare 4u /* commit preparation: contract failure after rollback */
 #define OgaExtFaultPhase_Commit 5u        /* publication: execution failure, fail-stop */
 /* `kind`: for OgaExtFaultPhase_Execute, the OgaExtExecutionStatus the executor reports; for

@@ -434,19 +434,36 @@ sc("negative_token_id",
        "negative begin": Difference(TOKEN_RANGE, "oga rejects a negative id at begin_turn; 0.18 accepts it"),
        "drain after": Difference(TOKEN_RANGE, "0.18 runs the bad id"),
    })
-sc("sampling_options_not_supported_yet",
+sc("greedy_top_k_one_is_accepted",
    [create("r1"), turn_options("o", "r1", max_generated_tokens=2, top_k=1, label="top_k 1"),
-    begin("r1", P_LONG, opts="o", label="greedy top_k=1 begin"), drain(64, label="drain")],
-   differences={
-       "greedy top_k=1 begin": Difference(NOT_YET, "every turn option other than max/min_generated_tokens is "
-                                                   "rejected until sampling lands"),
-       "drain": Difference(NOT_YET, "the turn 0.18 admitted runs there only"),
-   })
+    begin("r1", P_LONG, opts="o", label="greedy top_k=1 begin"), drain(64, label="drain")])
 sc("contradicting_sampling_options",
    [create("r1"), turn_options("o", "r1", do_sample=False, top_k=40), begin("r1", P_LONG, opts="o", label="begin"),
-    pending()],
-   differences={"begin": Difference(NOT_YET, "0.18 reports the greedy contradiction; oga reports the option as "
-                                             "not supported yet")})
+    pending()], expect=raises("contradict it: top_k"))
+sc("greedy_consistent_combinations_are_accepted",
+   [create("r1"), turn_options("o1", "r1", max_generated_tokens=1, temperature=0.0), begin("r1", P_LONG, opts="o1"),
+    drain(64), turn_options("o2", "r1", max_generated_tokens=1, do_sample=False, top_p=1.0, top_k=0),
+    begin("r1", [5], opts="o2"), drain(64), turn_options("o3", "r1", max_generated_tokens=1, do_sample=False,
+                                                          temperature=1.0),
+    begin("r1", [6], opts="o3"), drain(64), turn_options("o4", "r1", max_generated_tokens=1, do_sample=True, top_k=1,
+                                                         temperature=0.0),
+    begin("r1", [7], opts="o4"), drain(64)])
+sc("invalid_policy_values",
+   [create("r1"), turn_options("t", "r1", temperature=-1.0), begin("r1", P_LONG, opts="t", label="temperature -1"),
+    turn_options("p", "r1", top_p=1.5), begin("r1", P_LONG, opts="p", label="top_p 1.5"),
+    turn_options("k", "r1", top_k=-1), begin("r1", P_LONG, opts="k", label="top_k -1"),
+    turn_options("r", "r1", repetition_penalty=0.0), begin("r1", P_LONG, opts="r", label="penalty 0"),
+    turn_options("n", "r1", no_repeat_ngram_size=-1), begin("r1", P_LONG, opts="n", label="ngram -1"),
+    turn_options("z", "r1", do_sample=True, top_k=0, top_p=0.0), begin("r1", P_LONG, opts="z", label="k0 p0"),
+    turn_options("v", "r1", do_sample=True, top_k=1000), begin("r1", P_LONG, opts="v", label="top_k > vocab"),
+    begin("r1", P_LONG, max_gen=2, label="still turn 1"), drain(64)],
+   expect=raises("must be finite and 0 or greater"))
+sc("do_sample_under_model_greedy_default",
+   [model('{"search": {"top_k": 1}}'), engine_from("e4", "m"), create("r1", engine="e4"),
+    turn_options("o", "r1", do_sample=True), begin("r1", P_LONG, opts="o", label="do_sample"),
+    turn_options("o2", "r1", do_sample=True, top_k=4, temperature=0.8, max_generated_tokens=1),
+    begin("r1", P_LONG, opts="o2", label="sampling admitted"), pending(engine="e4")],
+   expect=raises("do_sample=true"))
 sc("rewind_not_supported_yet",
    [create("r1"), begin("r1", P_LONG, max_gen=2), drain(64), begin("r1", [5], max_gen=2), drain(64),
     py(ref("req", "r1"), "rewind_to_start_of_turn", 1, label="rewind"),
