@@ -12,7 +12,7 @@ import oga
 from oga import onnx_executor, testing
 from oga.models.spec import DecoderSpec
 
-from workloads import cached_model_dir, mixed_prompts, run_engine, smollm2_gguf
+from workloads import cached_model_dir, compare_with_onnxruntime_genai, mixed_prompts, smollm2_gguf
 
 SMALL = DecoderSpec(
     architecture="llama", vocab_size=4096, hidden_size=256, intermediate_size=768, num_layers=4, num_heads=8,
@@ -40,26 +40,9 @@ def _workload(kind, vocab_size):
 @pytest.mark.parametrize("kind", ["32-requests", "1-request"])
 @pytest.mark.parametrize("model_name", list(MODELS))
 def test_throughput_vs_onnxruntime_genai(benchmark, model_name, kind):
-    import onnxruntime_genai as og18
-
-    model_dir = MODELS[model_name]()
     vocab = 49152 if model_name == "smollm2" else SMALL.vocab_size
     prompts, budgets = _workload(kind, vocab)
-    reference_tokens, reference_seconds, reference_streams = run_engine(og18, model_dir, prompts, budgets)
-    result = {}
-
-    def run_oga():
-        result["run"] = run_engine(oga, model_dir, prompts, budgets)
-
-    benchmark.pedantic(run_oga, rounds=1, iterations=1)
-    tokens, seconds, streams = result["run"]
-    assert tokens == reference_tokens == sum(budgets)
-    assert streams == reference_streams
-    ratio = (tokens / seconds) / (reference_tokens / reference_seconds)
-    benchmark.extra_info.update(oga_tokens_per_s=tokens / seconds, ort_genai_tokens_per_s=reference_tokens / reference_seconds,
-                                ratio=ratio)
-    print(f"\n{model_name} {kind}: oga {tokens / seconds:.1f} tok/s, onnxruntime_genai 0.18 "
-          f"{reference_tokens / reference_seconds:.1f} tok/s, ratio {ratio:.2f}")
+    compare_with_onnxruntime_genai(benchmark, f"{model_name} {kind}", MODELS[model_name](), prompts, budgets)
 
 
 def test_engine_overhead_per_step_on_smollm2(benchmark):

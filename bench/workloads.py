@@ -67,3 +67,31 @@ def run_engine(og, model_dir, prompts, budgets, buffer_capacity=64):
     seconds = time.perf_counter() - start
     assert finished == len(requests)
     return sum(len(t) for t in tokens.values()), seconds, tokens
+
+
+def compare_with_onnxruntime_genai(benchmark, label, oga_dir, prompts, budgets, ort_genai_dir=None,
+                                   same_tokens=True):
+    """Runs the workload through onnxruntime_genai 0.18 (on `ort_genai_dir`, default the same
+    directory) and, under the benchmark, through oga; records tokens/s of both and the ratio."""
+    import onnxruntime_genai as og18
+
+    import oga
+
+    reference_tokens, reference_seconds, reference_streams = run_engine(og18, ort_genai_dir or oga_dir, prompts,
+                                                                        budgets)
+    result = {}
+
+    def run_oga():
+        result["run"] = run_engine(oga, oga_dir, prompts, budgets)
+
+    benchmark.pedantic(run_oga, rounds=1, iterations=1)
+    tokens, seconds, streams = result["run"]
+    assert tokens == reference_tokens == sum(budgets)
+    if same_tokens:
+        assert streams == reference_streams  # greedy on the same directory: any difference is a bug
+    ratio = (tokens / seconds) / (reference_tokens / reference_seconds)
+    benchmark.extra_info.update(oga_tokens_per_s=tokens / seconds,
+                                ort_genai_tokens_per_s=reference_tokens / reference_seconds, ratio=ratio)
+    print(f"\n{label}: oga {tokens / seconds:.1f} tok/s, onnxruntime_genai 0.18 "
+          f"{reference_tokens / reference_seconds:.1f} tok/s, ratio {ratio:.2f}")
+    return ratio
