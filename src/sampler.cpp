@@ -119,6 +119,76 @@ int32_t ArgMaxProcessed(const SamplingScratch& scratch) {
   return best;
 }
 
+namespace {
+
+// Rearranges candidates [begin, end) of scratch.order / scratch.probabilities so that the first
+// returned count of them are the highest-logit candidates whose probabilities add up to `needed`
+// (ties broken by `before`, as a full sort would). Candidates in buckets above the one the nucleus
+// ends in are taken whole; only that boundary bucket is sorted.
+template <typename Before>
+size_t ExtendNucleus(size_t begin, size_t end, double needed, const std::vector<float>& logits, Before before,
+                     double max_logit, double inverse_temperature, SamplingScratch& scratch, double& added) {
+  int32_t* order = scratch.order.data();
+  double* probability = scratch.probabilities.data();
+  const size_t buckets = SamplingScratch::kBuckets;
+  float high = -std::numeric_limits<float>::infinity();
+  float low = std::numeric_limits<float>::infinity();
+  for (size_t i = begin; i < end; ++i) {
+    high = std::max(high, logits[order[i]]);
+    low = std::min(low, logits[order[i]]);
+  }
+  const double scale = high > low ? static_cast<double>(buckets) / (static_cast<double>(high) - low) : 0.0;
+  auto bucket_of = [&](int32_t token) {
+    return std::min(buckets - 1, static_cast<size_t>((static_cast<double>(high) - logits[token]) * scale));
+  };
+  std::fill(scratch.bucket_mass.begin(), scratch.bucket_mass.end(), 0.0);
+  std::fill(scratch.bucket_count.begin(), scratch.bucket_count.end(), 0);
+  for (size_t i = begin; i < end; ++i) {
+    const size_t b = bucket_of(order[i]);
+    scratch.bucket_mass[b] += probability[i];
+    ++scratch.bucket_count[b];
+  }
+  size_t boundary = 0;
+  double above = 0.0;
+  size_t above_count = 0;
+  while (boundary + 1 < buckets && above + scratch.bucket_mass[boundary] < needed) {
+    above += scratch.bucket_mass[boundary];
+    above_count += scratch.bucket_count[boundary];
+    ++boundary;
+  }
+  // Candidates above the boundary bucket first, then the boundary bucket's, the rest after.
+  size_t whole = 0;
+  size_t edge = above_count;
+  size_t rest = above_count + scratch.bucket_count[boundary];
+  for (size_t i = begin; i < end; ++i) {
+    const size_t b = bucket_of(order[i]);
+    const size_t slot = b < boundary ? whole++ : b == boundary ? edge++ : rest++;
+    scratch.spare_order[slot] = order[i];
+    scratch.spare_probabilities[slot] = probability[i];
+  }
+  const size_t count = end - begin;
+  std::copy(scratch.spare_order.begin(), scratch.spare_order.begin() + count, order + begin);
+  std::copy(scratch.spare_probabilities.begin(), scratch.spare_probabilities.begin() + count, probability + begin);
+  // Order the boundary bucket (recomputing its probabilities in the new order) and take from it
+  // until the nucleus is complete.
+  int32_t* edge_begin = order + begin + above_count;
+  double* edge_probability = probability + begin + above_count;
+  const size_t edge_count = scratch.bucket_count[boundary];
+  std::sort(edge_begin, edge_begin + edge_count, before);
+  added = above;
+  size_t taken = above_count;
+  for (size_t i = 0; i < edge_count; ++i) {
+    edge_probability[i] = std::exp((static_cast<double>(logits[edge_begin[i]]) - max_logit) * inverse_temperature);
+  }
+  for (size_t i = 0; i < edge_count && added < needed; ++i) {
+    added += edge_probability[i];
+    ++taken;
+  }
+  return taken;
+}
+
+}  // namespace
+
 int32_t SampleProcessed(float temperature, int32_t top_k, float top_p, RandomStream& stream,
                         SamplingScratch& scratch) {
   const std::vector<float>& logits = scratch.logits;
@@ -164,14 +234,14 @@ int32_t SampleProcessed(float temperature, int32_t top_k, float top_p, RandomStr
   if (nucleus) {
     double cumulative = 0.0;
     size_t cut = 0;
-    for (;;) {
-      while (cut < sorted && cumulative < static_cast<double>(top_p) * total) cumulative += probability[cut++];
-      if (cumulative >= static_cast<double>(top_p) * total || sorted == kept) break;
-      std::sort(order + sorted, order + kept, before);  // the slice fell short: order the rest too
-      for (size_t i = sorted; i < kept; ++i) {
-        probability[i] = std::exp((static_cast<double>(logits[order[i]]) - max_logit) * inverse_temperature);
-      }
-      sorted = kept;
+    const double target = static_cast<double>(top_p) * total;
+    while (cut < sorted && cumulative < target) cumulative += probability[cut++];
+    if (cumulative < target && sorted < kept) {
+      // The sorted slice fell short: take the rest of the nucleus from the unsorted candidates.
+      double added = 0.0;
+      cut += ExtendNucleus(sorted, kept, target - cumulative, logits, before, max_logit, inverse_temperature, scratch,
+                           added);
+      cumulative += added;
     }
     kept = std::max<size_t>(cut, 1);
     total = cumulative > 0 ? cumulative : probability[0];

@@ -25,12 +25,20 @@ float HalfToFloat(uint16_t half);
 // Per-engine scratch for logits processing and sampling, sized to the vocabulary once, so a step
 // allocates nothing.
 struct SamplingScratch {
+  static constexpr size_t kBuckets = 4096;
   explicit SamplingScratch(size_t vocab_size)
-      : logits(vocab_size), seen(vocab_size, 0), order(vocab_size), probabilities(vocab_size) {}
+      : logits(vocab_size), seen(vocab_size, 0), order(vocab_size), probabilities(vocab_size),
+        spare_order(vocab_size), spare_probabilities(vocab_size), bucket_mass(kBuckets), bucket_count(kBuckets) {}
   std::vector<float> logits;
   std::vector<uint8_t> seen;
   std::vector<int32_t> order;
   std::vector<double> probabilities;
+  // For a nucleus wider than the sorted slice: candidates are bucketed by logit so only the bucket
+  // the nucleus ends in needs sorting.
+  std::vector<int32_t> spare_order;
+  std::vector<double> spare_probabilities;
+  std::vector<double> bucket_mass;
+  std::vector<size_t> bucket_count;
 };
 
 // Copies a logits row into scratch.logits as float.
