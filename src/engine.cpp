@@ -337,13 +337,7 @@ uint64_t Engine::BeginTurn(Request& request, const OgaTurnOptions* options, cons
   // commit) so publication never allocates.
   request.tokens.reserve(current + count + 1);
   const bool enqueue = !request.resident() && !request.waiting;
-  if (enqueue) {
-    if (static_batching()) {
-      static_scheduler_->ReserveWaitingSlot();
-    } else {
-      scheduler_.ReserveWaitingSlot();
-    }
-  }
+  if (enqueue) ReserveWaitingSlot();
 
   request.tokens.insert(request.tokens.end(), input_ids, input_ids + count);
   request.turn_id += 1;
@@ -352,13 +346,7 @@ uint64_t Engine::BeginTurn(Request& request, const OgaTurnOptions* options, cons
   request.finish_reason = OgaFinishReason_None;
   request.policy = policy;
   request.status = RequestStatus::Assigned;
-  if (enqueue) {
-    if (static_batching()) {
-      static_scheduler_->Enqueue(request);
-    } else {
-      scheduler_.Enqueue(request);
-    }
-  }
+  if (enqueue) EnqueueWaiting(request);
   return request.turn_id;
 }
 
@@ -366,15 +354,34 @@ bool Engine::CancelTurn(Request& request, uint64_t turn_id) {
   CheckOwnerThread();
   if (request.turn_id == 0) throw ApiError("Cannot cancel a request before a turn has begun.");
   if (turn_id != request.turn_id || !IsExecutable(request)) return false;
-  if (request.waiting) {
-    if (static_batching()) {
-      static_scheduler_->RemoveWaiting(request);
-    } else {
-      scheduler_.Remove(request);
-    }
-  }
+  RemoveWaiting(request);
   PublishTerminal(request, OgaFinishReason_Cancelled, OgaErrorCode_None);
   return true;
+}
+
+void Engine::ReserveWaitingSlot() {
+  if (static_batching()) {
+    static_scheduler_->ReserveWaitingSlot();
+  } else {
+    scheduler_.ReserveWaitingSlot();
+  }
+}
+
+void Engine::EnqueueWaiting(Request& request) {
+  if (static_batching()) {
+    static_scheduler_->Enqueue(request);
+  } else {
+    scheduler_.Enqueue(request);
+  }
+}
+
+void Engine::RemoveWaiting(Request& request) {
+  if (!request.waiting) return;
+  if (static_batching()) {
+    static_scheduler_->RemoveWaiting(request);
+  } else {
+    scheduler_.Remove(request);
+  }
 }
 
 void Engine::Close(Request& request) {
@@ -734,13 +741,7 @@ void Engine::Poison(OgaErrorCode code, const std::string& message) noexcept {
     std::vector<Request*> executable;
     CollectExecutable(executable);
     for (Request* request : executable) {
-      if (request->waiting) {
-        if (static_batching()) {
-          static_scheduler_->RemoveWaiting(*request);
-        } else {
-          scheduler_.Remove(*request);
-        }
-      }
+      RemoveWaiting(*request);
       PublishTerminal(*request, OgaFinishReason_Failed, code);
       affected = true;
     }

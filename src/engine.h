@@ -100,6 +100,10 @@ class Engine {
 
   TurnPolicy ResolveTurnPolicy(const Request& request, const OgaTurnOptions* options, uint64_t sequence_after) const;
   void ReclaimAbandoned();
+  // The admission queue of whichever path this engine runs (dynamic or static).
+  void ReserveWaitingSlot();
+  void EnqueueWaiting(Request& request);
+  void RemoveWaiting(Request& request);
   void CloseRequest(Request& request) noexcept;
 
   void Step();

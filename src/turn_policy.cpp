@@ -19,9 +19,10 @@ std::string Decimal(double value) {
   return text;
 }
 
-template <typename T>
-T Pick(const std::optional<T>& turn, T model) {
-  return turn ? *turn : model;
+// A turn value when the turn set one, else the request's search default.
+template <typename Turn, typename Default>
+Default Pick(const std::optional<Turn>& turn, Default model) {
+  return turn ? static_cast<Default>(*turn) : model;
 }
 
 }  // namespace
@@ -33,16 +34,11 @@ TurnPolicy ResolveTurnPolicy(const SearchConfig& search, const TurnOptionValues*
   policy.max_generated_tokens = v.max_generated_tokens;
   policy.min_generated_tokens = v.min_generated_tokens;
   const bool do_sample = Pick(v.do_sample, search.do_sample);
-  const double temperature = Pick<double>(v.temperature ? std::optional<double>(*v.temperature) : std::nullopt,
-                                          search.temperature);
-  const double top_p = Pick<double>(v.top_p ? std::optional<double>(*v.top_p) : std::nullopt, search.top_p);
-  const int64_t top_k = Pick<int64_t>(v.top_k ? std::optional<int64_t>(*v.top_k) : std::nullopt, search.top_k);
-  const double repetition_penalty =
-      Pick<double>(v.repetition_penalty ? std::optional<double>(*v.repetition_penalty) : std::nullopt,
-                   search.repetition_penalty);
-  const int64_t no_repeat_ngram_size =
-      Pick<int64_t>(v.no_repeat_ngram_size ? std::optional<int64_t>(*v.no_repeat_ngram_size) : std::nullopt,
-                    search.no_repeat_ngram_size);
+  const double temperature = Pick(v.temperature, search.temperature);
+  const double top_p = Pick(v.top_p, search.top_p);
+  const int64_t top_k = Pick(v.top_k, search.top_k);
+  const double repetition_penalty = Pick(v.repetition_penalty, search.repetition_penalty);
+  const int64_t no_repeat_ngram_size = Pick(v.no_repeat_ngram_size, search.no_repeat_ngram_size);
 
   if (!std::isfinite(temperature) || temperature < 0) {
     throw ApiError("temperature (" + Decimal(temperature) + ") must be finite and 0 or greater.");
