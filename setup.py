@@ -23,6 +23,8 @@ compile_args = ["-std=c++17", "-O2", "-fvisibility=hidden", "-fno-strict-aliasin
 # Python's own CFLAGS carry -g; skip debug info unless asked for (OGA_DEBUG=1: -O0 -g).
 compile_args += ["-O0", "-g"] if os.environ.get("OGA_DEBUG") == "1" else ["-g0"]
 link_args = []
+# dlopen of llguidance (guidance.cpp); libdl is part of libc from glibc 2.34 on.
+libraries = ["dl"] if sys.platform.startswith("linux") else []
 if sys.platform == "darwin":
     compile_args.append("-mmacosx-version-min=10.15")
 
@@ -34,6 +36,7 @@ core = Extension(
     language="c++",
     extra_compile_args=compile_args,
     extra_link_args=link_args,
+    libraries=libraries,
 )
 
 setup(

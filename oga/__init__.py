@@ -16,6 +16,27 @@ from . import _core  # noqa: E402
 
 # OgaCreateModel loads ONNX model directories through the ONNX Runtime executor (oga/onnx_executor.py).
 _core._register_model_loader()
+
+
+def _find_llguidance():
+    """The llguidance wheel's extension module, whose C API runs guidance; found without importing
+    llguidance (oga loads it only at the first guided turn). None when it is not installed."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("llguidance")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for directory in spec.submodule_search_locations:
+        for name in sorted(_os.listdir(directory)):
+            if name.startswith("_lib.") and name.endswith((".so", ".dylib", ".pyd")):
+                return _os.path.join(directory, name)
+    return None
+
+
+_core._set_guidance_library(_find_llguidance())
 from ._core import (  # noqa: E402
     EngineErrorCode,
     EngineEventFlags,

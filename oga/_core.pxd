@@ -2,7 +2,7 @@
 # C declarations of the oga C API (include/oga/oga.h and include/oga/oga_ext.h).
 # Kept 1:1 with the headers; the extension types live in _core.pyx.
 
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
 from libcpp cimport bool as cbool
 
 
@@ -220,6 +220,18 @@ cdef extern from "oga/oga_ext.h" nogil:
 
     c_OgaResult* OgaExtCreateModelWithExecutor(const char* config_json, const OgaExtModelExecutor* executor,
                                              c_OgaModel** out)
+    ctypedef struct OgaExtTokenTable:
+        size_t count
+        const uint8_t* bytes
+        const size_t* offsets
+        const uint8_t* special
+        uint32_t flags
+    ctypedef OgaExtExecutionStatus (*OgaExtTokenTableLoader)(const char* model_directory, OgaExtTokenTable* table,
+                                                             char* message, size_t message_capacity)
+    void OgaExtSetTokenTableLoader(OgaExtTokenTableLoader loader)
+    c_OgaResult* OgaExtModelSetTokenTable(c_OgaModel* model, const OgaExtTokenTable* table)
+    c_OgaResult* OgaExtSetGuidanceLibrary(const char* path)
+
     c_OgaResult* OgaExtCreateTestModel(const char* config_json, c_OgaModel** out)
     c_OgaResult* OgaExtTestModelInjectFault(c_OgaModel* model, OgaExtFaultPhase phase, OgaExtExecutionStatus kind,
                                           uint64_t skip, uint64_t count)

@@ -10,7 +10,7 @@ cimport cython
 from cpython.long cimport PyLong_AsLongLong, PyLong_CheckExact
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
-from libc.stdint cimport INT32_MAX, INT32_MIN, int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport INT32_MAX, INT32_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcpy
 from libcpp cimport bool as cbool
 
@@ -1003,6 +1003,26 @@ def _test_model_create(str config_json):
     return _wrap_model(model)
 
 
+cdef void _fill_token_table(OgaExtTokenTable* table, bytes blob, object offsets, object special, uint32_t flags):
+    """Points `table` at the caller's arrays (offsets: contiguous uintp, special: contiguous uint8)."""
+    table.count = len(special)
+    table.bytes = <const uint8_t*><const char*>blob
+    table.offsets = <const size_t*><uintptr_t>offsets.ctypes.data
+    table.special = <const uint8_t*><uintptr_t>special.ctypes.data
+    table.flags = flags
+
+
+def _model_set_token_table(OgaModel model not None, bytes blob, object offsets, object special, uint32_t flags):
+    """OgaExtModelSetTokenTable from oga.tokenizer.TokenTable arrays (see oga.testing.set_token_table)."""
+    cdef OgaExtTokenTable table
+    if model._ptr == NULL:
+        _raise_dead("Model")
+    if len(offsets) != len(special) + 1 or (len(special) > 0 and offsets[len(special)] > len(blob)):
+        raise ValueError("token table arrays disagree: offsets needs one entry more than special, within the bytes")
+    _fill_token_table(&table, blob, offsets, special, flags)
+    check_result(OgaExtModelSetTokenTable(model._ptr, &table))
+
+
 def _test_model_inject_fault(OgaModel model not None, uint32_t phase, uint32_t kind, uint64_t skip, uint64_t count):
     """OgaExtTestModelInjectFault."""
     if model._ptr == NULL:
@@ -1221,6 +1241,38 @@ cdef void _onnx_release(void* data) noexcept nogil:
         Py_DECREF(<object>data)
 
 
+# The token table the engine copies while the loader runs; kept until the next load.
+cdef object _loaded_token_table = None
+
+
+cdef OgaExtExecutionStatus _token_table_load(const char* directory, OgaExtTokenTable* table,
+                                             char* message, size_t capacity) noexcept nogil:
+    global _loaded_token_table
+    with gil:
+        try:
+            import importlib
+            tokenizer = importlib.import_module("oga.tokenizer")
+            blob, offsets, special, flags = tokenizer._engine_token_table(_text(directory))
+            _loaded_token_table = (blob, offsets, special)
+            _fill_token_table(table, blob, offsets, special, flags)
+            return 0  # OgaExtExecutionStatus_Ok
+        except BaseException as error:
+            _write_message(message, capacity, f"{type(error).__name__}: {error}")
+            return 3  # OgaExtExecutionStatus_Fatal
+
+
 def _register_model_loader():
-    """OgaExtSetModelLoader(ONNX Runtime loader): done once when oga is imported."""
+    """OgaExtSetModelLoader(ONNX Runtime loader) and OgaExtSetTokenTableLoader (tokenizer.json through
+    the `tokenizers` package): done once when oga is imported."""
     OgaExtSetModelLoader(_onnx_load)
+    OgaExtSetTokenTableLoader(_token_table_load)
+
+
+def _set_guidance_library(path):
+    """OgaExtSetGuidanceLibrary (None clears)."""
+    cdef bytes encoded
+    if path is None:
+        check_result(OgaExtSetGuidanceLibrary(NULL))
+        return
+    encoded = os.fsencode(path)
+    check_result(OgaExtSetGuidanceLibrary(encoded))

@@ -11,6 +11,7 @@ __all__ = [
     "inject_fault",
     "last_step_inputs",
     "set_last_turn_id",
+    "set_token_table",
 ]
 
 # OgaExtFaultPhase values.
@@ -112,3 +113,19 @@ def last_step_inputs(engine):
 def set_last_turn_id(request, turn_id):
     """OgaExtRequestSetLastTurnIdForTesting."""
     _core._request_set_last_turn_id(request, turn_id)
+
+
+def set_token_table(model, tokens, *, special=(), strip_first_space=False):
+    """OgaExtModelSetTokenTable: the text of each token id, for stop strings and guidance on models
+    without a tokenizer.json (test models). ``tokens[i]`` is token i's exact bytes (``bytes``, or a
+    ``str`` taken as UTF-8); ids in ``special`` are special tokens (no text); ``strip_first_space``
+    drops one leading space of each turn's text, as SentencePiece decoders do."""
+    import numpy as np
+
+    pieces = [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in tokens]
+    offsets = np.zeros(len(pieces) + 1, dtype=np.uintp)
+    np.cumsum([len(p) for p in pieces], out=offsets[1:])
+    flags = np.zeros(len(pieces), dtype=np.uint8)
+    for token_id in special:
+        flags[token_id] = 1
+    _core._model_set_token_table(model, b"".join(pieces), offsets, flags, 1 if strip_first_space else 0)

@@ -15,6 +15,7 @@ import datetime as _datetime
 import json as _json
 import operator as _operator
 import os as _os
+import re as _re
 
 import numpy as _np
 
@@ -364,18 +365,15 @@ def _bytes_to_unicode():
     return {chr(c): b for b, c in zip(printable, chars)}
 
 
-def _byte_level_table(tokenizer):
-    """The bytes each token id decodes to, when the tokenizer's decoder is plain ByteLevel (GPT-2
-    style BPE, which SmolLM, Llama 3 and Qwen use), else None. Each character of a token maps to one
-    byte through GPT-2's table; characters outside it (in added tokens) stand for their own UTF-8
-    bytes, as in the tokenizers package's ByteLevel decoder."""
-    decoder = _json.loads(tokenizer._tokenizer.to_str()).get("decoder") or {}
-    if decoder.get("type") != "ByteLevel":
-        return None
+def _byte_level_bytes(tokenizer, vocab_size):
+    """The bytes each token id decodes to under a plain ByteLevel decoder (GPT-2 style BPE, which
+    SmolLM, Llama 3 and Qwen use). Each character of a token maps to one byte through GPT-2's table;
+    characters outside it (in added tokens) stand for their own UTF-8 bytes, as in the tokenizers
+    package's ByteLevel decoder."""
     byte_of = _bytes_to_unicode()
     table = []
-    for token_id in range(tokenizer._vocab_size):
-        token = tokenizer._tokenizer.id_to_token(token_id)
+    for token_id in range(vocab_size):
+        token = tokenizer.id_to_token(token_id)
         if token is None:
             table.append(b"")
             continue
@@ -384,8 +382,98 @@ def _byte_level_table(tokenizer):
             byte = byte_of.get(char)
             pieces.append(bytes((byte,)) if byte is not None else char.encode("utf-8"))
         table.append(b"".join(pieces))
-    special = frozenset(i for i, added in tokenizer._tokenizer.get_added_tokens_decoder().items() if added.special)
-    return table, special
+    return table
+
+
+def _special_ids(tokenizer):
+    return frozenset(i for i, added in tokenizer.get_added_tokens_decoder().items() if added.special)
+
+
+def _byte_level_table(tokenizer):
+    """(per-token bytes, special ids) for og.TokenizerStream when the decoder is plain ByteLevel,
+    else None."""
+    decoder = _json.loads(tokenizer._tokenizer.to_str()).get("decoder") or {}
+    if decoder.get("type") != "ByteLevel":
+        return None
+    return _byte_level_bytes(tokenizer._tokenizer, tokenizer._vocab_size), _special_ids(tokenizer._tokenizer)
+
+
+def _decoder_steps(decoder):
+    """A decoder configuration as a flat list of steps (Sequence decoders unrolled)."""
+    if not decoder:
+        return []
+    if decoder.get("type") == "Sequence":
+        return [step for inner in decoder.get("decoders", []) for step in _decoder_steps(inner)]
+    return [decoder]
+
+
+_BYTE_FALLBACK_TOKEN = _re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+# OgaExtTokenTable flags.
+_STRIP_FIRST_SPACE = 1
+
+
+def _engine_token_table(directory):
+    """The token table the engine matches stop strings and compiles grammars with
+    (OgaExtTokenTable): ``(bytes, offsets, special, flags)`` for the directory's tokenizer.json.
+
+    Each token's bytes are what the tokenizer's decoder makes of it in the middle of a text. Plain
+    ByteLevel decoders map characters back to bytes exactly. Other decoder chains (SentencePiece
+    style: Replace "\u2581" by " ", ByteFallback, Fuse, Strip) are run by the ``tokenizers`` package
+    on the token after an anchor token, with ``<0xNN>`` byte tokens read as their byte; a chain that
+    drops the first leading space (Strip, Metaspace) sets the StripFirstSpace flag so the engine
+    drops it once per turn. Special (added, special=True) tokens are flagged and carry their content.
+    """
+    import tokenizers
+
+    path = _os.path.join(directory, "tokenizer.json")
+    if not _os.path.isfile(path):
+        raise FileNotFoundError(f"{path} not found")
+    tokenizer = tokenizers.Tokenizer.from_file(path)
+    vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+    special_ids = _special_ids(tokenizer)
+    steps = _decoder_steps(_json.loads(tokenizer.to_str()).get("decoder"))
+    kinds = [step.get("type") for step in steps]
+    flags = 0
+    if kinds == ["ByteLevel"]:
+        pieces = _byte_level_bytes(tokenizer, vocab_size)
+    else:
+        byte_fallback = "ByteFallback" in kinds
+        for step in steps:
+            if step.get("type") == "Strip" and step.get("start", 0) > 0 and step.get("content") == " ":
+                flags |= _STRIP_FIRST_SPACE
+            if step.get("type") == "Metaspace" and step.get("prepend_scheme", "always") != "never" \
+                    and step.get("add_prefix_space", True):
+                flags |= _STRIP_FIRST_SPACE
+        decoder = tokenizer.decoder
+        anchor = "x"
+        anchor_text = decoder.decode([anchor]) if decoder is not None else anchor
+        pieces = []
+        for token_id in range(vocab_size):
+            token = tokenizer.id_to_token(token_id)
+            if token is None:
+                pieces.append(b"")
+                continue
+            match = _BYTE_FALLBACK_TOKEN.fullmatch(token) if byte_fallback else None
+            if match is not None:
+                pieces.append(bytes((int(match.group(1), 16),)))
+            elif token_id in special_ids or decoder is None:
+                pieces.append(token.encode("utf-8"))
+            else:
+                text = decoder.decode([anchor, token])
+                pieces.append(text[len(anchor_text):].encode("utf-8") if text.startswith(anchor_text)
+                              else token.encode("utf-8"))
+    for token_id in special_ids:
+        if token_id < vocab_size:
+            pieces[token_id] = (tokenizer.id_to_token(token_id) or "").encode("utf-8")
+    lengths = _np.fromiter((len(piece) for piece in pieces), dtype=_np.uintp, count=len(pieces))
+    offsets = _np.zeros(len(pieces) + 1, dtype=_np.uintp)
+    _np.cumsum(lengths, out=offsets[1:])
+    special = _np.zeros(len(pieces), dtype=_np.uint8)
+    for token_id in special_ids:
+        if token_id < vocab_size:
+            special[token_id] = 1
+    return b"".join(pieces), offsets, special, flags
 
 
 # The generic stream re-decodes a short window of recent tokens: enough context that decoders which

@@ -14,6 +14,7 @@
 #include "c_api_support.h"
 #include "config_handle.h"
 #include "engine.h"
+#include "guidance.h"
 #include "model_handles.h"
 #include "oga/oga.h"
 #include "oga/oga_ext.h"
@@ -284,6 +285,7 @@ std::unique_ptr<OgaModel> LoadModel(const OgaConfig& handle) {
     }
     auto model = std::make_unique<OgaModel>();
     model->model = std::make_shared<oga::Model>(handle.config, executor, nullptr);
+    model->model->set_directory(storage.model_directory);
     return model;
   } catch (...) {
     ReleaseModelData(executor);
@@ -426,6 +428,20 @@ OgaResult* OGA_API_CALL OgaExtCreateTestModel(const char* config_json, OgaModel*
     handle->model = oga::CreateTestModel(config_json);
     *out = handle.release();
   });
+}
+
+void OGA_API_CALL OgaExtSetTokenTableLoader(OgaExtTokenTableLoader loader) { oga::SetTokenTableLoader(loader); }
+
+OgaResult* OGA_API_CALL OgaExtModelSetTokenTable(OgaModel* model, const OgaExtTokenTable* table) {
+  return Guard([&] {
+    RequireNotNull(model, "model must not be null.");
+    RequireNotNull(table, "table must not be null.");
+    model->model->SetTokenTable(std::make_shared<const oga::TokenTable>(*table));
+  });
+}
+
+OgaResult* OGA_API_CALL OgaExtSetGuidanceLibrary(const char* path) {
+  return Guard([&] { oga::SetGuidanceLibraryPath(path != nullptr ? path : ""); });
 }
 
 OgaResult* OGA_API_CALL OgaExtTestModelInjectFault(OgaModel* model, OgaExtFaultPhase phase, OgaExtExecutionStatus kind,

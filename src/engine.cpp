@@ -195,6 +195,7 @@ void Engine::Teardown() noexcept {
   for (const std::shared_ptr<Request>& request : bound_) {
     cache_.Release(*request);
     request->waiting = false;
+    EndTurnText(*request);
     request->status = RequestStatus::Closed;
     request->Detach();
     std::vector<int32_t>().swap(request->tokens);
@@ -269,11 +270,8 @@ TurnPolicy Engine::ResolveTurnPolicy(const Request& request, const OgaTurnOption
     }
   }
   TurnPolicy policy = oga::ResolveTurnPolicy(request.search, values, vocab_size_);
-  if (values != nullptr) {
-    if (!values->stop_strings.empty()) throw ApiError(NotSupportedYet("OgaTurnOptionsSetStopStrings (stop strings)"));
-    if (!values->guidance_type.empty() || values->delimited_opening_token) {
-      throw ApiError(NotSupportedYet("Guidance (OgaTurnOptionsSetGuidance / SetDelimitedGuidance)"));
-    }
+  if (values != nullptr && values->delimited_opening_token) {
+    throw ApiError(NotSupportedYet("Delimited guidance (OgaTurnOptionsSetDelimitedGuidance)"));
   }
   if (policy.max_generated_tokens != 0 && policy.min_generated_tokens > policy.max_generated_tokens) {
     throw ApiError("min_generated_tokens (" + std::to_string(policy.min_generated_tokens) +
@@ -332,6 +330,19 @@ uint64_t Engine::BeginTurn(Request& request, const OgaTurnOptions* options, cons
   if (request.turn_id == UINT64_MAX) {
     throw ApiError("The request cannot admit another turn because its uint64 turn id space is exhausted.");
   }
+  // The turn's text state: the tokenizer is loaded and the grammar compiled here, so a bad grammar
+  // or a missing tokenizer is this call's error.
+  StopStringMatcher stop;
+  std::unique_ptr<GuidanceCursor> guidance;
+  if (options != nullptr && !options->values.stop_strings.empty()) {
+    stop.Reset(options->values.stop_strings, model_->token_table());
+    stop_scratch_.reserve(stop.scratch_capacity());
+  }
+  if (options != nullptr && !options->values.guidance_type.empty()) {
+    guidance = std::make_unique<GuidanceCursor>(model_->guidance_tokenizer(), options->values.guidance_type,
+                                                options->values.guidance_data);
+  }
+  failed_rows_.reserve(limits_.max_batch_size);
   // Everything that can fail happens before the first mutation.
   // Room for the input and the first generated token; StageResults grows it (fallibly, before
   // commit) so publication never allocates.
@@ -345,6 +356,8 @@ uint64_t Engine::BeginTurn(Request& request, const OgaTurnOptions* options, cons
   request.turn_generated_tokens = 0;
   request.finish_reason = OgaFinishReason_None;
   request.policy = policy;
+  request.stop = std::move(stop);
+  request.guidance = std::move(guidance);
   request.status = RequestStatus::Assigned;
   if (enqueue) EnqueueWaiting(request);
   return request.turn_id;
@@ -400,6 +413,7 @@ void Engine::CloseRequest(Request& request) noexcept {
     cache_.Release(request);
   }
   pending_.RemoveRequest(&request);
+  EndTurnText(request);
   request.status = RequestStatus::Closed;
   request.Detach();
   std::vector<int32_t>().swap(request.tokens);
@@ -591,11 +605,21 @@ Engine::StagedResult Engine::SelectToken(Request& request, const LogitsRow& logi
   StagedResult staged;
   const TurnPolicy& policy = request.policy;
   const bool mask_eos = request.turn_generated_tokens < policy.min_generated_tokens;
+  // Guidance masks the row first (before the EOS floor and the other processors, as in 0.18).
+  const uint32_t* allowed = nullptr;
+  if (request.guidance) {
+    allowed = request.guidance->Mask();
+    if (allowed == nullptr) {
+      staged.finish_reason = OgaFinishReason_Failed;  // the grammar cursor is poisoned for good
+      return staged;
+    }
+  }
   int32_t token;
-  if (policy.greedy && !policy.processes_logits()) {
+  if (policy.greedy && !policy.processes_logits() && allowed == nullptr) {
     token = SelectGreedy(logits, vocab_size_, eos_ids_, mask_eos);  // no copy of the row needed
   } else {
     LoadLogits(logits, vocab_size_, scratch_);
+    if (allowed != nullptr) ApplyAllowedMask(allowed, scratch_);
     ProcessLogits(request.tokens, eos_ids_, mask_eos, policy.repetition_penalty, policy.no_repeat_ngram_size,
                   scratch_);
     if (policy.greedy) {
@@ -609,11 +633,22 @@ Engine::StagedResult Engine::SelectToken(Request& request, const LogitsRow& logi
   }
   if (token < 0) {
     // The processors masked every token (e.g. a no-repeat n-gram of size 1 over a sequence that used
-    // the whole vocabulary). Retrying would stall the batch forever, so the row falls back to the top
-    // raw logit, still honouring the EOS floor when anything else is left.
-    token = SelectGreedy(logits, vocab_size_, eos_ids_, mask_eos);
-    if (token < 0) token = SelectGreedy(logits, vocab_size_, eos_ids_, false);
-    if (token < 0) throw RetryableStepError("every logit of a row is NaN");
+    // the whole vocabulary, or an EOS floor where the grammar allows only EOS). Retrying would stall
+    // the batch forever, so the row falls back to the top raw logit the grammar allows, still
+    // honouring the EOS floor when anything else is left.
+    if (allowed != nullptr) {
+      LoadLogits(logits, vocab_size_, scratch_);
+      ApplyAllowedMask(allowed, scratch_);
+      token = ArgMaxProcessed(scratch_);
+      if (token < 0) {
+        staged.finish_reason = OgaFinishReason_Failed;  // the grammar allows no token at all
+        return staged;
+      }
+    } else {
+      token = SelectGreedy(logits, vocab_size_, eos_ids_, mask_eos);
+      if (token < 0) token = SelectGreedy(logits, vocab_size_, eos_ids_, false);
+      if (token < 0) throw RetryableStepError("every logit of a row is NaN");
+    }
   }
   staged.token = token;
   if (std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) {
@@ -629,7 +664,11 @@ Engine::StagedResult Engine::SelectToken(Request& request, const LogitsRow& logi
   }
   const uint64_t generated = request.turn_generated_tokens + 1;
   const uint64_t length = request.tokens.size() + 1;
-  if (request.policy.max_generated_tokens != 0 && generated >= request.policy.max_generated_tokens) {
+  // Precedence for one token: StopString > MaxGeneratedTokens > MaxSessionTokens.
+  if (request.stop.enabled()) staged.matched_stop_string = request.stop.Peek(token, stop_scratch_);
+  if (staged.matched_stop_string >= 0) {
+    staged.finish_reason = OgaFinishReason_StopString;
+  } else if (request.policy.max_generated_tokens != 0 && generated >= request.policy.max_generated_tokens) {
     staged.finish_reason = OgaFinishReason_MaxGeneratedTokens;
   } else if (length >= request.max_session_tokens) {
     staged.finish_reason = OgaFinishReason_MaxSessionTokens;
@@ -642,11 +681,18 @@ void Engine::PublishToken(Request& request, const StagedResult& staged) {
     request.stream = staged.stream;
     request.policy.seed.reset();  // the turn's reseed is durable now
   }
+  if (staged.finish_reason == OgaFinishReason_Failed) {
+    PublishTerminal(request, OgaFinishReason_Failed, OgaErrorCode_RequestUnserviceable);
+    return;
+  }
   if (staged.appended) {
     request.tokens.push_back(staged.token);  // capacity ensured by SelectToken
     ++request.turn_generated_tokens;
+    if (request.stop.enabled()) request.stop.Advance(staged.token);
+    if (request.guidance) request.guidance->Consume(staged.token);
   }
   const bool finished = staged.finish_reason != OgaFinishReason_None;
+  if (finished) EndTurnText(request);
   request.status = finished ? RequestStatus::TurnComplete : RequestStatus::Active;
   request.finish_reason = staged.finish_reason;
   if (!staged.appended && !finished) return;
@@ -656,8 +702,14 @@ void Engine::PublishToken(Request& request, const StagedResult& staged) {
   event.turn_id = request.turn_id;
   event.token = staged.appended ? staged.token : 0;
   event.finish_reason = staged.finish_reason;
+  event.matched_stop_string_index = staged.matched_stop_string;
   if (finished) event.usage = UsageOf(request);
   pending_.Push(std::move(event));
+}
+
+void Engine::EndTurnText(Request& request) noexcept {
+  request.stop.Clear();
+  request.guidance.reset();
 }
 
 void Engine::StageResults(const OgaExtStepOutputs& outputs) {
@@ -677,7 +729,14 @@ void Engine::PublishCommit() {
     const RequestStepPlan& row = plan_.rows[r];
     row.request->processed = row.processed_before + row.token_count;
     if (row.samples) PublishToken(*row.request, staged_[r]);
+    if (row.samples && staged_[r].finish_reason == OgaFinishReason_Failed) failed_rows_.push_back(row.request);
   }
+  // A turn that failed in this step cannot continue: its cache goes back to the pool now.
+  for (Request* request : failed_rows_) {
+    scheduler_.Remove(*request);
+    cache_.Release(*request);
+  }
+  failed_rows_.clear();
   ++counters_.committed_steps;
 }
 
@@ -702,6 +761,7 @@ void Engine::PushEngineEvent(OgaEngineEventFlags flags, OgaErrorCode code) {
 void Engine::PublishTerminal(Request& request, OgaFinishReason reason, OgaErrorCode code) {
   request.status = RequestStatus::TurnComplete;
   request.finish_reason = reason;
+  EndTurnText(request);
   const OgaEngineEventFlags terminal =
       OgaEngineEventFlag_TurnFinished | (reason == OgaFinishReason_Failed ? OgaEngineEventFlag_Failed : 0u);
   for (size_t i = pending_.size(); i > 0; --i) {

@@ -92,6 +92,7 @@ class Engine {
     OgaFinishReason finish_reason = OgaFinishReason_None;
     bool drew = false;    // the row sampled: `stream` is the request's advanced random stream
     RandomStream stream;
+    int32_t matched_stop_string = -1;
   };
 
   Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size_t block_size, size_t num_blocks,
@@ -120,6 +121,8 @@ class Engine {
   StagedResult SelectToken(Request& request, const LogitsRow& logits);
   // Appends the staged token, ends the turn when staged so, and queues the row's event.
   void PublishToken(Request& request, const StagedResult& staged);
+  // The turn's stop strings and grammar are done with: frees the matcher and the grammar cursor.
+  static void EndTurnText(Request& request) noexcept;
   void Rollback();
   void FailUnserviceable(Request& request);
   void PushEngineEvent(OgaEngineEventFlags flags, OgaErrorCode code);
@@ -155,6 +158,8 @@ class Engine {
   std::vector<StagedResult> staged_;
   EventQueue pending_;
   SamplingScratch scratch_;
+  std::string stop_scratch_;  // one token's decoded text; reserved by BeginTurn
+  std::vector<Request*> failed_rows_;  // rows whose turn failed in this step (poisoned grammar)
 
   bool unhealthy_ = false;
   std::string fatal_message_;

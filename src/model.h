@@ -2,11 +2,13 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "fault_injector.h"
 #include "model_config.h"
 #include "oga/oga_ext.h"
+#include "token_table.h"
 
 namespace oga {
 
@@ -24,7 +26,24 @@ class Model {
   FaultInjector* faults() const { return faults_.get(); }
   const std::shared_ptr<FaultInjector>& shared_faults() const { return faults_; }
 
+  // The directory genai_config.json came from; empty for models created without one.
+  const std::string& directory() const { return directory_; }
+  void set_directory(std::string directory) { directory_ = std::move(directory); }
+
+  // Token text for stop strings and guidance, loaded on first use through the registered
+  // token-table loader. Any thread. Throws ApiError when it cannot be loaded.
+  std::shared_ptr<const TokenTable> token_table();
+  void SetTokenTable(std::shared_ptr<const TokenTable> table);
+  // llguidance's tokenizer for this model, built on first use from token_table().
+  std::shared_ptr<const class GuidanceTokenizer> guidance_tokenizer();
+
  private:
+  std::shared_ptr<const TokenTable> LoadTokenTableLocked();
+
+  std::string directory_;
+  std::mutex text_mutex_;  // guards the lazily loaded token table and guidance tokenizer
+  std::shared_ptr<const TokenTable> token_table_;
+  std::shared_ptr<const GuidanceTokenizer> guidance_tokenizer_;
   ModelConfig config_;
   OgaExtModelExecutor executor_;
   std::shared_ptr<FaultInjector> faults_;
@@ -32,5 +51,7 @@ class Model {
 
 // Creates the built-in deterministic test model (src/test_executor.cpp).
 std::shared_ptr<Model> CreateTestModel(const std::string& config_json);
+
+void SetTokenTableLoader(OgaExtTokenTableLoader loader);
 
 }  // namespace oga

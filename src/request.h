@@ -12,8 +12,10 @@
 #include <memory>
 #include <vector>
 
+#include "guidance.h"
 #include "model_config.h"
 #include "random_stream.h"
+#include "stop_string_matcher.h"
 #include "oga/oga.h"
 #include "turn_options.h"
 
@@ -56,6 +58,10 @@ class Request : public std::enable_shared_from_this<Request> {
   OgaFinishReason finish_reason = OgaFinishReason_None;
   TurnPolicy policy;
   RandomStream stream;  // advanced only by committed sampling steps
+  // This turn's stop strings and grammar (reference C.5, C.6); both advance only at commit and are
+  // released when the turn ends.
+  StopStringMatcher stop;
+  std::unique_ptr<GuidanceCursor> guidance;
 
   // Scheduler and cache membership.
   bool waiting = false;          // in the scheduler's admission queue

@@ -254,4 +254,17 @@ int32_t SampleProcessed(float temperature, int32_t top_k, float top_p, RandomStr
   return order[kept - 1];
 }
 
+void ApplyAllowedMask(const uint32_t* allowed, SamplingScratch& scratch) {
+  float* logits = scratch.logits.data();
+  const size_t vocab = scratch.logits.size();
+  for (size_t word = 0; word * 32 < vocab; ++word) {
+    const uint32_t bits = allowed[word];
+    if (bits == UINT32_MAX) continue;
+    const size_t end = std::min(vocab, word * 32 + 32);
+    for (size_t t = word * 32; t < end; ++t) {
+      if (((bits >> (t - word * 32)) & 1u) == 0) logits[t] = -std::numeric_limits<float>::infinity();
+    }
+  }
+}
+
 }  // namespace oga

@@ -43,6 +43,8 @@ struct SamplingScratch {
 
 // Copies a logits row into scratch.logits as float.
 void LoadLogits(const LogitsRow& row, size_t vocab_size, SamplingScratch& scratch);
+// Guidance: every token whose bit (bit t % 32 of allowed[t / 32]) is clear becomes -inf.
+void ApplyAllowedMask(const uint32_t* allowed, SamplingScratch& scratch);
 // The logits processors, in 0.18's order after guidance: EOS masked while the turn is below its
 // minimum, repetition penalty over every distinct token of the sequence (positive logits divided,
 // negative multiplied), and no-repeat n-gram (tokens that would repeat an n-gram of the sequence).

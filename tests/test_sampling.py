@@ -1083,16 +1083,3 @@ def test_model_default_sampling_and_per_turn_greedy_override():
     plain = OracleSequence()
     g1 = plain.turn(p0, max_gen=8)
     assert res[0][0] != g1
-
-
-def test_stop_strings_and_guidance_still_rejected(engine):
-    r = engine.create_request()
-    t = og.TurnOptions(r)
-    t.set_stop_strings(["abc"])
-    with pytest.raises(RuntimeError, match="not supported yet"):
-        r.begin_turn([5, 9, 13], t)
-    t2 = og.TurnOptions(r)
-    t2.set_guidance("regex", "a+")
-    with pytest.raises(RuntimeError, match="not supported yet"):
-        r.begin_turn([5, 9, 13], t2)
-    assert r.begin_turn([5, 9, 13]) == 1

@@ -212,21 +212,23 @@ def test_min_generated_must_fit_the_session(engine):
     assert [key(e) for e in evs] == expected_turn_events(1, 5, toks, reason)
 
 
-# Sampling, seeds and the logits processors run now (tests/test_sampling.py); these still do not.
-UNSUPPORTED_SETTERS = {
+# Stop strings and guidance decode tokens: on a model with no token text (a test model without
+# oga.testing.set_token_table) the turn is refused with a clear error and nothing changes.
+TEXT_SETTERS = {
     "stop_strings": lambda t: t.set_stop_strings(["xy"]),
     "guidance": lambda t: t.set_guidance("regex", "a+"),
 }
 
 
-@pytest.mark.parametrize("name", sorted(UNSUPPORTED_SETTERS))
-def test_unsupported_turn_options_are_rejected_at_begin_turn(engine, name):
+@pytest.mark.parametrize("name", sorted(TEXT_SETTERS))
+def test_text_turn_options_need_the_models_token_text(engine, name):
     r = engine.create_request()
     t = turn_options(r, max_gen=2)
-    UNSUPPORTED_SETTERS[name](t)  # storing the value succeeds
+    TEXT_SETTERS[name](t)  # storing the value succeeds
     with pytest.raises(RuntimeError) as info:
         r.begin_turn([5, 9, 13], t)
-    assert NOT_SUPPORTED in str(info.value)
+    assert "need the model's tokenizer" in str(info.value)
+    assert "OgaExtModelSetTokenTable" in str(info.value)
     assert not engine.has_pending_requests()
     assert counters(engine)["waiting_requests"] == 0
     t.reset()

@@ -165,6 +165,43 @@ OGA_EXPORT void OGA_API_CALL OgaExtSetModelLoader(OgaExtModelLoader loader);
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtConfigGetJson(const OgaConfig* config, const char** out);
 
 /* ---------------------------------------------------------------------------------------------
+ * Token text, for stop strings and guidance
+ *
+ * The engine never tokenizes, but it decodes: stop strings are matched on the text of a turn's
+ * generated tokens, and guidance grammars are compiled against every token's bytes. A model's token
+ * table is loaded once, at the first turn that needs it, by the registered token-table loader (the
+ * Python package registers one that reads the model directory's tokenizer.json with the
+ * `tokenizers` package), or set directly with OgaExtModelSetTokenTable (models without a
+ * directory, such as the test model).
+ * ------------------------------------------------------------------------------------------- */
+#define OgaExtTokenTable_StripFirstSpace 1u /* the decoder drops one leading space of a decoded text */
+
+typedef struct OgaExtTokenTable {
+  size_t count;           /* token ids 0 .. count-1 (ids beyond it have no text) */
+  const uint8_t* bytes;   /* every token's exact bytes, concatenated (may split UTF-8 characters) */
+  const size_t* offsets;  /* [count + 1]: token i is bytes[offsets[i], offsets[i + 1]); offsets[0] == 0 */
+  const uint8_t* special; /* [count]: nonzero = special (control) token, no text; NULL = none special */
+  uint32_t flags;         /* OgaExtTokenTable_* */
+} OgaExtTokenTable;
+
+/* Fills *table for the model in `model_directory`; its arrays must stay valid until the loader is
+ * called again or unregistered (the engine copies them before returning). Runs on an engine owner
+ * thread without the GIL. Returns Ok, or Fatal with a NUL-terminated reason in `message`. */
+typedef OgaExtExecutionStatus (*OgaExtTokenTableLoader)(const char* model_directory, OgaExtTokenTable* table,
+                                                        char* message, size_t message_capacity);
+/* Registers the loader (NULL unregisters). Any thread. */
+OGA_EXPORT void OGA_API_CALL OgaExtSetTokenTableLoader(OgaExtTokenTableLoader loader);
+/* Sets (copies) the model's token table, replacing a loaded one for turns that begin afterwards.
+ * Any thread. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaExtModelSetTokenTable(OgaModel* model, const OgaExtTokenTable* table);
+
+/* Guidance runs llguidance through its C API, loaded at the first guided turn from this shared
+ * library (the Python package sets the llguidance wheel's extension module when llguidance is
+ * installed; environment variable OGA_LLGUIDANCE_LIBRARY overrides). NULL clears. Any thread;
+ * once loaded, the library stays loaded. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaExtSetGuidanceLibrary(const char* path);
+
+/* ---------------------------------------------------------------------------------------------
  * Built-in deterministic test model
  *
  * The test executor keeps a paged token store [num_blocks * block_size] slots. Each slot holds
