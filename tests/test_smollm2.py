@@ -69,3 +69,81 @@ def test_sixteen_prompts_in_flight_equal_each_alone(smollm2_dir, tokenizer):
     assert all(len(tokens) > 0 for tokens in alone)
     # All 16 were resident together: the batch really was continuous, not sequential.
     assert testing.engine_counters(engine)["committed_steps"] < sum(len(t) for t in alone)
+
+
+def test_engine_token_table_reproduces_the_tokenizers_decode(smollm2_dir, tokenizer):
+    """The token text stop strings and guidance use: byte-exact pieces whose concatenation decodes to
+    what the tokenizers package decodes, special tokens flagged."""
+    from oga.tokenizer import _engine_token_table
+
+    blob, offsets, special, flags = _engine_token_table(str(smollm2_dir))
+    assert len(special) == tokenizer.get_vocab_size(with_added_tokens=True) and flags == 0
+    assert special[tokenizer.token_to_id("<|im_end|>")] == 1 and special[tokenizer.token_to_id("Paris")] == 0
+    for text in ["The capital of France is Paris.", "naïve café — 日本語 😀", "  spaces\n\ttabs"]:
+        ids = tokenizer.encode(text).ids
+        joined = b"".join(blob[offsets[i]:offsets[i + 1]] for i in ids)
+        assert joined.decode("utf-8") == tokenizer.decode(ids)
+
+
+def test_stop_string_on_the_real_model(smollm2_dir, tokenizer):
+    model = og.Model(smollm2_dir)
+    prompt = tokenizer.encode("The capital of France is").ids
+    engine = og.Engine(model)
+    [request] = _submit(engine, [prompt], 24)
+    plain = _drain(engine, engine.create_event_buffer(8))[request]
+    text = tokenizer.decode(plain)
+    stop = text[len(text) // 2:len(text) // 2 + 4]
+    # Where the oracle says the match completes: the first prefix of tokens whose text contains it.
+    at = next(i for i in range(len(plain)) if stop in tokenizer.decode(plain[:i + 1]))
+    request = engine.create_request()
+    options = og.TurnOptions(request)
+    options.set_max_generated_tokens(24)
+    options.set_stop_strings(["never-in-this-text", stop])
+    request.begin_turn(np.asarray(prompt, dtype=np.int32), options)
+    events = []
+    buffer = engine.create_event_buffer(8)
+    while engine.has_pending_requests():
+        events.extend((e.token, int(e.finish_reason), e.matched_stop_string_index) for e in engine.run(buffer))
+    assert [e[0] for e in events] == plain[:at + 1]
+    assert events[-1][1:] == (int(og.FinishReason.STOP_STRING), 1)
+
+
+def test_json_schema_guidance_gives_valid_json(smollm2_dir):
+    import json
+
+    model = og.Model(smollm2_dir)
+    tokenizer = og.Tokenizer(model)
+    engine = og.Engine(model)
+    schema = {"type": "object",
+              "properties": {"city": {"type": "string"}, "country": {"type": "string"},
+                             "population": {"type": "integer"}},
+              "required": ["city", "country", "population"], "additionalProperties": False}
+    messages = json.dumps([{"role": "user", "content": "Describe Paris as a JSON object."}])
+    prompt = tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+    requests = []
+    for _ in range(2):  # two guided rows in one batch, beside an unguided one
+        request = engine.create_request()
+        options = og.TurnOptions(request)
+        options.set_max_generated_tokens(80)
+        options.set_guidance("json_schema", json.dumps(schema))
+        request.begin_turn(prompt, options)
+        requests.append(request)
+    plain = engine.create_request()
+    options = og.TurnOptions(plain)
+    options.set_max_generated_tokens(20)
+    plain.begin_turn(prompt, options)
+    streams = {}
+    finish = {}
+    buffer = engine.create_event_buffer(8)
+    while engine.has_pending_requests():
+        for event in engine.run(buffer):
+            if event.token is not None:
+                streams.setdefault(event.request, []).append(event.token)
+            if event.flags & og.EngineEventFlags.TURN_FINISHED:
+                finish[event.request] = event.finish_reason
+    for request in requests:
+        assert finish[request] == og.FinishReason.EOS
+        value = json.loads(tokenizer.decode(streams[request]))
+        assert set(value) == {"city", "country", "population"}
+        assert isinstance(value["population"], int) and isinstance(value["city"], str)
+    assert streams[requests[0]] == streams[requests[1]]  # greedy: identical rows stay identical
