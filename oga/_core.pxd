@@ -225,12 +225,14 @@ cdef extern from "oga/oga_ext.h" nogil:
         const uint8_t* bytes
         const size_t* offsets
         const uint8_t* special
-        uint32_t flags
     ctypedef OgaExtExecutionStatus (*OgaExtTokenTableLoader)(const char* model_directory, OgaExtTokenTable* table,
                                                              char* message, size_t message_capacity)
     void OgaExtSetTokenTableLoader(OgaExtTokenTableLoader loader)
     c_OgaResult* OgaExtModelSetTokenTable(c_OgaModel* model, const OgaExtTokenTable* table)
     c_OgaResult* OgaExtSetGuidanceLibrary(const char* path)
+    ctypedef size_t (*OgaExtTokenizeFunction)(const char* model_directory, const uint8_t* bytes, size_t count,
+                                              uint32_t* tokens, size_t capacity)
+    void OgaExtSetTokenizeFunction(OgaExtTokenizeFunction tokenize)
 
     c_OgaResult* OgaExtCreateTestModel(const char* config_json, c_OgaModel** out)
     c_OgaResult* OgaExtTestModelInjectFault(c_OgaModel* model, OgaExtFaultPhase phase, OgaExtExecutionStatus kind,

@@ -1003,23 +1003,22 @@ def _test_model_create(str config_json):
     return _wrap_model(model)
 
 
-cdef void _fill_token_table(OgaExtTokenTable* table, bytes blob, object offsets, object special, uint32_t flags):
+cdef void _fill_token_table(OgaExtTokenTable* table, bytes blob, object offsets, object special):
     """Points `table` at the caller's arrays (offsets: contiguous uintp, special: contiguous uint8)."""
     table.count = len(special)
     table.bytes = <const uint8_t*><const char*>blob
     table.offsets = <const size_t*><uintptr_t>offsets.ctypes.data
     table.special = <const uint8_t*><uintptr_t>special.ctypes.data
-    table.flags = flags
 
 
-def _model_set_token_table(OgaModel model not None, bytes blob, object offsets, object special, uint32_t flags):
+def _model_set_token_table(OgaModel model not None, bytes blob, object offsets, object special):
     """OgaExtModelSetTokenTable from oga.tokenizer.TokenTable arrays (see oga.testing.set_token_table)."""
     cdef OgaExtTokenTable table
     if model._ptr == NULL:
         _raise_dead("Model")
     if len(offsets) != len(special) + 1 or (len(special) > 0 and offsets[len(special)] > len(blob)):
         raise ValueError("token table arrays disagree: offsets needs one entry more than special, within the bytes")
-    _fill_token_table(&table, blob, offsets, special, flags)
+    _fill_token_table(&table, blob, offsets, special)
     check_result(OgaExtModelSetTokenTable(model._ptr, &table))
 
 
@@ -1252,20 +1251,37 @@ cdef OgaExtExecutionStatus _token_table_load(const char* directory, OgaExtTokenT
         try:
             import importlib
             tokenizer = importlib.import_module("oga.tokenizer")
-            blob, offsets, special, flags = tokenizer._engine_token_table(_text(directory))
+            blob, offsets, special = tokenizer._engine_token_table(_text(directory))
             _loaded_token_table = (blob, offsets, special)
-            _fill_token_table(table, blob, offsets, special, flags)
+            _fill_token_table(table, blob, offsets, special)
             return 0  # OgaExtExecutionStatus_Ok
         except BaseException as error:
             _write_message(message, capacity, f"{type(error).__name__}: {error}")
             return 3  # OgaExtExecutionStatus_Fatal
 
 
+cdef size_t _tokenize(const char* directory, const uint8_t* data, size_t count, uint32_t* tokens,
+                      size_t capacity) noexcept nogil:
+    cdef size_t i
+    with gil:
+        try:
+            import importlib
+            tokenizer = importlib.import_module("oga.tokenizer")
+            ids = tokenizer._engine_tokenize(_text(directory), (<const char*>data)[:count])
+            for i in range(min(len(ids), capacity)):
+                tokens[i] = ids[i]
+            return len(ids)
+        except BaseException:
+            return 0
+
+
 def _register_model_loader():
-    """OgaExtSetModelLoader(ONNX Runtime loader) and OgaExtSetTokenTableLoader (tokenizer.json through
-    the `tokenizers` package): done once when oga is imported."""
+    """OgaExtSetModelLoader (ONNX Runtime loader), OgaExtSetTokenTableLoader and
+    OgaExtSetTokenizeFunction (tokenizer.json through the `tokenizers` package): done once when oga
+    is imported."""
     OgaExtSetModelLoader(_onnx_load)
     OgaExtSetTokenTableLoader(_token_table_load)
+    OgaExtSetTokenizeFunction(_tokenize)
 
 
 def _set_guidance_library(path):

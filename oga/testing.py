@@ -115,11 +115,10 @@ def set_last_turn_id(request, turn_id):
     _core._request_set_last_turn_id(request, turn_id)
 
 
-def set_token_table(model, tokens, *, special=(), strip_first_space=False):
+def set_token_table(model, tokens, *, special=()):
     """OgaExtModelSetTokenTable: the text of each token id, for stop strings and guidance on models
     without a tokenizer.json (test models). ``tokens[i]`` is token i's exact bytes (``bytes``, or a
-    ``str`` taken as UTF-8); ids in ``special`` are special tokens (no text); ``strip_first_space``
-    drops one leading space of each turn's text, as SentencePiece decoders do."""
+    ``str`` taken as UTF-8); ids in ``special`` are special tokens (no text)."""
     import numpy as np
 
     pieces = [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in tokens]
@@ -128,4 +127,4 @@ def set_token_table(model, tokens, *, special=(), strip_first_space=False):
     flags = np.zeros(len(pieces), dtype=np.uint8)
     for token_id in special:
         flags[token_id] = 1
-    _core._model_set_token_table(model, b"".join(pieces), offsets, flags, 1 if strip_first_space else 0)
+    _core._model_set_token_table(model, b"".join(pieces), offsets, flags)

@@ -409,42 +409,49 @@ def _decoder_steps(decoder):
 
 _BYTE_FALLBACK_TOKEN = _re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
-# OgaExtTokenTable flags.
-_STRIP_FIRST_SPACE = 1
+def _load_engine_tokenizer(directory):
+    """The directory's tokenizer.json through the tokenizers package (cached per directory)."""
+    import tokenizers
+
+    tokenizer = _engine_tokenizers.get(directory)
+    if tokenizer is None:
+        path = _os.path.join(directory, "tokenizer.json")
+        if not _os.path.isfile(path):
+            raise FileNotFoundError(f"{path} not found")
+        tokenizer = tokenizers.Tokenizer.from_file(path)
+        _engine_tokenizers[directory] = tokenizer
+    return tokenizer
+
+
+_engine_tokenizers = {}
+
+
+def _engine_tokenize(directory, data):
+    """OgaExtTokenizeFunction: ids of UTF-8 `data` under the directory's tokenizer (no special tokens)."""
+    text = data.decode("utf-8", errors="replace")
+    return _load_engine_tokenizer(directory).encode(text, add_special_tokens=False).ids
 
 
 def _engine_token_table(directory):
     """The token table the engine matches stop strings and compiles grammars with
-    (OgaExtTokenTable): ``(bytes, offsets, special, flags)`` for the directory's tokenizer.json.
+    (OgaExtTokenTable): ``(bytes, offsets, special)`` for the directory's tokenizer.json.
 
-    Each token's bytes are what the tokenizer's decoder makes of it in the middle of a text. Plain
-    ByteLevel decoders map characters back to bytes exactly. Other decoder chains (SentencePiece
-    style: Replace "\u2581" by " ", ByteFallback, Fuse, Strip) are run by the ``tokenizers`` package
-    on the token after an anchor token, with ``<0xNN>`` byte tokens read as their byte; a chain that
-    drops the first leading space (Strip, Metaspace) sets the StripFirstSpace flag so the engine
-    drops it once per turn. Special (added, special=True) tokens are flagged and carry their content.
+    Each token's bytes are what the tokenizer's decoder makes of it in the middle of a text (as
+    0.18's detokenizer reads a turn: a SentencePiece decoder's drop of a text's first space is not
+    applied). Plain ByteLevel decoders map characters back to bytes exactly. Other decoder chains
+    (SentencePiece style: Replace "\u2581" by " ", ByteFallback, Fuse, Strip) are run by the
+    ``tokenizers`` package on the token after an anchor token, with ``<0xNN>`` byte tokens read as
+    their byte. Special (added, special=True) tokens are flagged and carry their content.
     """
-    import tokenizers
-
-    path = _os.path.join(directory, "tokenizer.json")
-    if not _os.path.isfile(path):
-        raise FileNotFoundError(f"{path} not found")
-    tokenizer = tokenizers.Tokenizer.from_file(path)
+    tokenizer = _load_engine_tokenizer(directory)
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
     special_ids = _special_ids(tokenizer)
     steps = _decoder_steps(_json.loads(tokenizer.to_str()).get("decoder"))
     kinds = [step.get("type") for step in steps]
-    flags = 0
     if kinds == ["ByteLevel"]:
         pieces = _byte_level_bytes(tokenizer, vocab_size)
     else:
         byte_fallback = "ByteFallback" in kinds
-        for step in steps:
-            if step.get("type") == "Strip" and step.get("start", 0) > 0 and step.get("content") == " ":
-                flags |= _STRIP_FIRST_SPACE
-            if step.get("type") == "Metaspace" and step.get("prepend_scheme", "always") != "never" \
-                    and step.get("add_prefix_space", True):
-                flags |= _STRIP_FIRST_SPACE
         decoder = tokenizer.decoder
         anchor = "x"
         anchor_text = decoder.decode([anchor]) if decoder is not None else anchor
@@ -473,7 +480,7 @@ def _engine_token_table(directory):
     for token_id in special_ids:
         if token_id < vocab_size:
             special[token_id] = 1
-    return b"".join(pieces), offsets, special, flags
+    return b"".join(pieces), offsets, special
 
 
 # The generic stream re-decodes a short window of recent tokens: enough context that decoders which

@@ -440,6 +440,8 @@ OgaResult* OGA_API_CALL OgaExtModelSetTokenTable(OgaModel* model, const OgaExtTo
   });
 }
 
+void OGA_API_CALL OgaExtSetTokenizeFunction(OgaExtTokenizeFunction tokenize) { oga::SetTokenizeFunction(tokenize); }
+
 OgaResult* OGA_API_CALL OgaExtSetGuidanceLibrary(const char* path) {
   return Guard([&] { oga::SetGuidanceLibraryPath(path != nullptr ? path : ""); });
 }

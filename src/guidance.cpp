@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -58,6 +60,7 @@ union ConstraintInitBuffer {
   unsigned char padding[1024];
 };
 
+std::atomic<OgaExtTokenizeFunction> g_tokenize{nullptr};
 std::mutex g_library_mutex;
 std::string g_library_path;  // guarded by g_library_mutex
 const GuidanceApi* g_api = nullptr;
@@ -143,13 +146,62 @@ std::string FirstLine(const char* message) {
 
 }  // namespace
 
+void SetTokenizeFunction(OgaExtTokenizeFunction tokenize) { g_tokenize.store(tokenize); }
+
 void SetGuidanceLibraryPath(const std::string& path) {
   std::lock_guard<std::mutex> lock(g_library_mutex);
   g_library_path = path;
 }
 
-GuidanceTokenizer::GuidanceTokenizer(const TokenTable& table, size_t vocab_size, const std::vector<int32_t>& eos_ids)
+size_t GuidanceTokenizer::TokenizeContext::LongestMatch(const uint8_t* bytes, size_t count, uint32_t* tokens,
+                                                       size_t capacity) const {
+  size_t produced = 0;
+  std::string piece;
+  for (size_t at = 0; at < count;) {
+    size_t length = std::min(longest, count - at);
+    for (; length > 0; --length) {
+      piece.assign(reinterpret_cast<const char*>(bytes + at), length);
+      const auto found = ids.find(piece);
+      if (found == ids.end()) continue;
+      if (produced < capacity) tokens[produced] = found->second;
+      ++produced;
+      break;
+    }
+    if (length == 0) return produced;  // a byte no token spells: the rest cannot be tokenized
+    at += length;
+  }
+  return produced;
+}
+
+size_t GuidanceTokenizer::TokenizeContext::Tokenize(const uint8_t* bytes, size_t count, uint32_t* tokens,
+                                                   size_t capacity) const {
+  try {
+    {
+      std::vector<uint32_t> got(count + 1);
+      const size_t n = function(directory.c_str(), bytes, count, got.data(), got.size());
+      if (n > 0 && n <= got.size()) {
+        std::string spelled;
+        for (size_t i = 0; i < n; ++i) {
+          const int32_t token = static_cast<int32_t>(got[i]);
+          if (got[i] >= table->size() || table->special(token)) break;
+          spelled.append(table->bytes(token), table->length(token));
+        }
+        if (spelled.size() == count && std::memcmp(spelled.data(), bytes, count) == 0) {
+          std::copy(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(std::min(n, capacity)), tokens);
+          return n;
+        }
+      }
+    }
+    return LongestMatch(bytes, count, tokens, capacity);
+  } catch (...) {
+    return 0;  // out of memory inside a callback llguidance cannot unwind through
+  }
+}
+
+GuidanceTokenizer::GuidanceTokenizer(std::shared_ptr<const TokenTable> shared_table, size_t vocab_size,
+                                     const std::vector<int32_t>& eos_ids, const std::string& directory)
     : api_(&LoadGuidanceApi()), vocab_size_(vocab_size) {
+  const TokenTable& table = *shared_table;
   if (vocab_size > UINT32_MAX || eos_ids.empty()) {
     throw ApiError("Guidance needs a vocabulary below 2^32 tokens and at least one EOS token id.");
   }
@@ -180,11 +232,31 @@ GuidanceTokenizer::GuidanceTokenizer(const TokenTable& table, size_t vocab_size,
   init.tok_eos = static_cast<uint32_t>(eos_ids[0]);
   init.token_lens = lengths.data();
   init.token_bytes = reinterpret_cast<const uint8_t*>(bytes.data());
-  // Tokenization only serves fast-forward tokens, which the Engine rejects; masks come from the
-  // token trie built from the bytes above.
-  init.use_approximate_greedy_tokenize_fn = true;
-  init.tok_eos_extra = extra_eos.empty() ? nullptr : extra_eos.data();
-  init.tok_eos_extra_count = static_cast<uint32_t>(extra_eos.size());
+  // Where a grammar forces text, llguidance allows only the first token of that text's
+  // tokenization: the model's own tokenizer when one is registered (as 0.18 gives it the model's),
+  // checked against the table and else the longest match over the table's bytes. Models without a
+  // tokenizer (no directory) use llguidance's approximation, which forces nothing.
+  const OgaExtTokenizeFunction tokenize = g_tokenize.load();
+  if (tokenize != nullptr && !directory.empty()) {
+    tokenize_ = std::make_unique<TokenizeContext>();
+    tokenize_->function = tokenize;
+    tokenize_->directory = directory;
+    tokenize_->table = shared_table;
+    for (size_t t = 0; t < table.size() && t < vocab_size; ++t) {
+      const int32_t token = static_cast<int32_t>(t);
+      if (table.special(token) || table.length(token) == 0) continue;
+      tokenize_->ids.emplace(std::string(table.bytes(token), table.length(token)), static_cast<uint32_t>(t));
+      tokenize_->longest = std::max(tokenize_->longest, table.length(token));
+    }
+    init.tokenize_fn = [](const void* data, const uint8_t* bytes, size_t count, uint32_t* tokens,
+                          size_t capacity) -> size_t {
+      return static_cast<const TokenizeContext*>(data)->Tokenize(bytes, count, tokens, capacity);
+    };
+    init.tokenize_user_data = tokenize_.get();
+    init.tokenize_assumes_string = true;  // the registered function takes UTF-8 text
+  } else {
+    init.use_approximate_greedy_tokenize_fn = true;
+  }
   char error[1024] = {};
   tokenizer_ = api_->new_tokenizer_v2(&init, error, sizeof(error));
   if (tokenizer_ == nullptr) {
@@ -216,6 +288,16 @@ GuidanceCursor::GuidanceCursor(std::shared_ptr<const GuidanceTokenizer> tokenize
   const size_t bytes = api.matcher_get_mask_byte_size(matcher_);
   try {
     mask_.assign((bytes + 3) / 4, 0);
+    // The first mask is computed here (and kept for the first step), so a grammar that cannot
+    // start with any token of the vocabulary is this call's error rather than a failed turn.
+    const uint32_t* first = Mask();
+    bool any = false;
+    for (size_t word = 0; first != nullptr && word < mask_.size() && !any; ++word) any = first[word] != 0;
+    // llguidance reports "NoExtensionBias" when no token extends the (empty) text.
+    if (!any && (first != nullptr || error_ == "NoExtensionBias")) {
+      throw ApiError("Invalid " + type + " guidance: no token of the model's vocabulary can start it.");
+    }
+    if (first == nullptr) throw ApiError("Invalid " + type + " guidance: " + error_);
   } catch (...) {
     api.free_matcher(matcher_);
     throw;

@@ -12,21 +12,27 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "oga/oga_ext.h"
 #include "token_table.h"
 
 namespace oga {
 
 struct GuidanceApi;  // llguidance's C entry points (guidance.cpp)
 
-// Sets the llguidance library path (empty clears). Throws ApiError once a different library is loaded.
+// Sets the llguidance library path (empty clears); a library already loaded stays loaded.
 void SetGuidanceLibraryPath(const std::string& path);
+// Registers the tokenizer guidance uses for text a grammar forces (OgaExtSetTokenizeFunction).
+void SetTokenizeFunction(OgaExtTokenizeFunction tokenize);
 
 class GuidanceTokenizer {
  public:
-  // Throws ApiError when llguidance is missing or rejects the table.
-  GuidanceTokenizer(const TokenTable& table, size_t vocab_size, const std::vector<int32_t>& eos_ids);
+  // Throws ApiError when llguidance is missing or rejects the table. `directory` (may be empty) is
+  // the model directory the registered tokenize function reads.
+  GuidanceTokenizer(std::shared_ptr<const TokenTable> table, size_t vocab_size, const std::vector<int32_t>& eos_ids,
+                    const std::string& directory);
   ~GuidanceTokenizer();
   GuidanceTokenizer(const GuidanceTokenizer&) = delete;
   GuidanceTokenizer& operator=(const GuidanceTokenizer&) = delete;
@@ -36,7 +42,22 @@ class GuidanceTokenizer {
   size_t vocab_size() const { return vocab_size_; }
 
  private:
+  // What llguidance's tokenize callback needs; lives as long as the llguidance tokenizer. A
+  // tokenization whose tokens do not spell the text (an unknown-token id, for one) is replaced by
+  // the longest-match tokenization over the table's exact bytes.
+  struct TokenizeContext {
+    OgaExtTokenizeFunction function = nullptr;
+    std::string directory;
+    std::shared_ptr<const TokenTable> table;
+    std::unordered_map<std::string, uint32_t> ids;  // text tokens by their bytes (lowest id wins)
+    size_t longest = 0;
+
+    size_t Tokenize(const uint8_t* bytes, size_t count, uint32_t* tokens, size_t capacity) const;
+    size_t LongestMatch(const uint8_t* bytes, size_t count, uint32_t* tokens, size_t capacity) const;
+  };
+
   const GuidanceApi* api_;
+  std::unique_ptr<TokenizeContext> tokenize_;
   void* tokenizer_ = nullptr;  // LlgTokenizer*
   size_t vocab_size_;
 };

@@ -54,8 +54,8 @@ std::shared_ptr<const GuidanceTokenizer> Model::guidance_tokenizer() {
   std::lock_guard<std::mutex> lock(text_mutex_);
   std::shared_ptr<const TokenTable> table = LoadTokenTableLocked();
   if (!guidance_tokenizer_) {
-    guidance_tokenizer_ = std::make_shared<const GuidanceTokenizer>(*table, static_cast<size_t>(config_.vocab_size),
-                                                                    config_.eos_token_ids);
+    guidance_tokenizer_ = std::make_shared<const GuidanceTokenizer>(table, static_cast<size_t>(config_.vocab_size),
+                                                                    config_.eos_token_ids, directory_);
   }
   return guidance_tokenizer_;
 }

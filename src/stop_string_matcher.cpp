@@ -62,14 +62,9 @@ size_t StopStringMatcher::scratch_capacity() const { return table_ ? 3 * (table_
 
 void StopStringMatcher::Decode(int32_t token, DecoderState& state, std::string& out) const {
   if (table_->special(token)) return;
-  const bool strip = table_->strips_first_space();
-  auto emit = [&](const char* bytes, size_t count) {
-    if (state.at_start) {
-      state.at_start = false;
-      if (strip && count == 1 && bytes[0] == ' ') return;
-    }
-    out.append(bytes, count);
-  };
+  // Each token reads as in the middle of a text: like 0.18's detokenizer, a SentencePiece
+  // decoder's drop of a text's first space is not applied at the start of a turn.
+  auto emit = [&](const char* bytes, size_t count) { out.append(bytes, count); };
   const char* bytes = table_->bytes(token);
   const size_t length = table_->length(token);
   for (size_t i = 0; i < length;) {

@@ -40,7 +40,6 @@ class StopStringMatcher {
   struct DecoderState {
     uint8_t pending[4] = {};  // bytes of an incomplete UTF-8 character
     uint8_t pending_count = 0;
-    bool at_start = true;     // nothing emitted yet this turn
   };
   // Appends token's decoded bytes to `out` and advances `state`.
   void Decode(int32_t token, DecoderState& state, std::string& out) const;

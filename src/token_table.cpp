@@ -6,7 +6,7 @@
 
 namespace oga {
 
-TokenTable::TokenTable(const OgaExtTokenTable& table) : flags_(table.flags) {
+TokenTable::TokenTable(const OgaExtTokenTable& table) {
   if (table.count > static_cast<size_t>(INT32_MAX)) throw ApiError("The token table has more than INT32_MAX tokens.");
   if (table.count > 0 && table.offsets == nullptr) throw ApiError("The token table has no offsets.");
   if (table.offsets != nullptr && table.offsets[0] != 0) throw ApiError("The token table's offsets[0] must be 0.");

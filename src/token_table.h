@@ -30,15 +30,12 @@ class TokenTable {
     const size_t t = static_cast<size_t>(token);
     return t >= special_.size() || special_[t] != 0;
   }
-  // The tokenizer's decoder drops one leading space of the first decoded piece (SentencePiece).
-  bool strips_first_space() const { return (flags_ & OgaExtTokenTable_StripFirstSpace) != 0; }
   size_t max_length() const { return max_length_; }
 
  private:
   std::string bytes_;
   std::vector<size_t> offsets_;
   std::vector<uint8_t> special_;
-  uint32_t flags_ = 0;
   size_t max_length_ = 0;
 };
 

@@ -272,16 +272,26 @@ def test_a_rolled_back_step_leaves_the_grammar_cursor_where_it_was(fault, skip):
     assert counters["rolled_back_steps"] == 2
 
 
-def test_a_grammar_that_allows_no_token_fails_only_that_turn(engine):
-    # No token spells "z": nothing is allowed from the first step on.
+def test_a_grammar_no_token_can_start_is_refused_at_begin_turn(engine):
+    r = engine.create_request()
+    with pytest.raises(RuntimeError, match=r"^Invalid regex guidance: no token of the model's vocabulary can start "
+                                           r"it\.$"):
+        r.begin_turn([5, 9, 13], guided(r, "regex", "z+"))
+    assert r.begin_turn([5, 9, 13], turn_options(r, max_gen=2)) == 1
+
+
+def test_a_grammar_the_vocabulary_cannot_finish_fails_only_that_turn(engine):
+    # "a" starts "az", but no token spells "z": after "a" the grammar allows nothing.
     other = engine.create_request()
     other.begin_turn([7, 8, 9], turn_options(other, max_gen=10))
     r = engine.create_request()
-    r.begin_turn([5, 9, 13], guided(r, "regex", "z+"))
+    r.begin_turn([5, 9, 13], guided(r, "regex", "az"))
     evs = drive(engine)
-    failed = [e for e in evs if e.request is r]
-    assert [(e.flags, e.finish_reason, e.error_code) for e in failed] == [(2 | 8, R_FAILED, E_UNSERVICEABLE)]
-    assert [e.token for e in evs if e.request is other and e.flags & 1] == OracleSequence(VOCAB).turn([7, 8, 9], max_gen=10)[0]
+    mine = [(e.flags, e.token, e.finish_reason, e.error_code) for e in evs if e.request is r]
+    assert [(f, TOKENS[t] if t is not None else None, reason, code) for f, t, reason, code in mine] == \
+        [(1, "a", 0, 0), (2 | 8, None, R_FAILED, E_UNSERVICEABLE)]
+    assert [e.token for e in evs if e.request is other and e.flags & 1] == \
+        OracleSequence(VOCAB).turn([7, 8, 9], max_gen=10)[0]
     counters = ogt.engine_counters(engine)
     assert counters["resident_requests"] == 1  # the failed turn's cache went back to the pool
     with pytest.raises(RuntimeError, match="Cannot continue a Request whose current turn failed."):

@@ -76,8 +76,8 @@ def test_engine_token_table_reproduces_the_tokenizers_decode(smollm2_dir, tokeni
     what the tokenizers package decodes, special tokens flagged."""
     from oga.tokenizer import _engine_token_table
 
-    blob, offsets, special, flags = _engine_token_table(str(smollm2_dir))
-    assert len(special) == tokenizer.get_vocab_size(with_added_tokens=True) and flags == 0
+    blob, offsets, special = _engine_token_table(str(smollm2_dir))
+    assert len(special) == tokenizer.get_vocab_size(with_added_tokens=True)
     assert special[tokenizer.token_to_id("<|im_end|>")] == 1 and special[tokenizer.token_to_id("Paris")] == 0
     for text in ["The capital of France is Paris.", "naïve café — 日本語 😀", "  spaces\n\ttabs"]:
         ids = tokenizer.encode(text).ids

@@ -174,14 +174,11 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaExtConfigGetJson(const OgaConfig* config, 
  * `tokenizers` package), or set directly with OgaExtModelSetTokenTable (models without a
  * directory, such as the test model).
  * ------------------------------------------------------------------------------------------- */
-#define OgaExtTokenTable_StripFirstSpace 1u /* the decoder drops one leading space of a decoded text */
-
 typedef struct OgaExtTokenTable {
   size_t count;           /* token ids 0 .. count-1 (ids beyond it have no text) */
   const uint8_t* bytes;   /* every token's exact bytes, concatenated (may split UTF-8 characters) */
   const size_t* offsets;  /* [count + 1]: token i is bytes[offsets[i], offsets[i + 1]); offsets[0] == 0 */
   const uint8_t* special; /* [count]: nonzero = special (control) token, no text; NULL = none special */
-  uint32_t flags;         /* OgaExtTokenTable_* */
 } OgaExtTokenTable;
 
 /* Fills *table for the model in `model_directory`; its arrays must stay valid until the loader is
@@ -194,6 +191,17 @@ OGA_EXPORT void OGA_API_CALL OgaExtSetTokenTableLoader(OgaExtTokenTableLoader lo
 /* Sets (copies) the model's token table, replacing a loaded one for turns that begin afterwards.
  * Any thread. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtModelSetTokenTable(OgaModel* model, const OgaExtTokenTable* table);
+
+/* Tokenizes `count` bytes of UTF-8 text with the tokenizer of the model in `model_directory`
+ * (no special tokens added), writing at most `capacity` ids to `tokens`; returns how many ids the
+ * text has (which may exceed `capacity`), 0 on failure. Guidance calls it where a grammar forces
+ * text, so that only the first token of the text's own tokenization is allowed, as with the
+ * model's tokenizer in 0.18. Any thread (without the GIL). */
+typedef size_t (*OgaExtTokenizeFunction)(const char* model_directory, const uint8_t* bytes, size_t count,
+                                         uint32_t* tokens, size_t capacity);
+/* Registers the tokenizer (NULL unregisters; models without a directory, or without one, use
+ * llguidance's longest-match approximation). Any thread; guided turns that begin afterwards use it. */
+OGA_EXPORT void OGA_API_CALL OgaExtSetTokenizeFunction(OgaExtTokenizeFunction tokenize);
 
 /* Guidance runs llguidance through its C API, loaded at the first guided turn from this shared
  * library (the Python package sets the llguidance wheel's extension module when llguidance is

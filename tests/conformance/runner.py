@@ -16,6 +16,7 @@ import ctypes
 import gc
 import json
 import os
+import re
 import threading
 from ctypes import POINTER, byref, c_bool, c_char_p, c_int32, c_size_t, c_uint32, c_uint64, c_void_p
 
@@ -65,6 +66,11 @@ RUNNER_FUNCTIONS = (
     "OgaTurnOptionsClearSeed",
     "OgaTurnOptionsClearGuidance",
     "OgaTurnOptionsReset",
+    "OgaTurnOptionsSetStopStrings",
+    "OgaTurnOptionsSetGuidance",
+    "OgaCreateStringArray",
+    "OgaStringArrayAddString",
+    "OgaDestroyStringArray",
     "OgaCreateEngineEventBuffer",
     "OgaDestroyEngineEventBuffer",
     "OgaEngineRun",
@@ -97,6 +103,8 @@ SETTERS = {
     "clear_seed": "OgaTurnOptionsClearSeed",
     "clear_guidance": "OgaTurnOptionsClearGuidance",
     "reset": "OgaTurnOptionsReset",
+    "stop_strings": "OgaTurnOptionsSetStopStrings",  # value: a list of str (C: an OgaStringArray of UTF-8)
+    "guidance": "OgaTurnOptionsSetGuidance",  # value: (type, data)
 }
 NO_VALUE = ("clear_seed", "clear_guidance", "reset")
 
@@ -150,10 +158,16 @@ class Raised(Exception):
     """A C call returned an OgaResult."""
 
 
+def _message(text: str) -> str:
+    """An error message as recorded: a Rust panic backtrace (llguidance reports panics with the
+    caller's whole stack, which differs between the Python and the C caller) is elided."""
+    return re.sub(r"<backtrace>.*?</backtrace>", "<backtrace>...</backtrace>", text, flags=re.S)
+
+
 def _exc(e: BaseException):
     if isinstance(e, Raised):
-        return ("raise", "OgaResult", str(e))
-    return ("raise", type(e).__name__, str(e))
+        return ("raise", "OgaResult", _message(str(e)))
+    return ("raise", type(e).__name__, _message(str(e)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,6 +330,8 @@ class PythonRunner(_Base):
     def _set(self, o, name, value):
         if name in NO_VALUE:
             getattr(o, name)()
+        elif name == "guidance":
+            o.set_guidance(*value)
         else:
             getattr(o, "set_" + name)(value)
 
@@ -547,7 +563,19 @@ class CtypesRunner(_Base):
 
     def _set(self, o, name, value):
         fn = getattr(self.lib, SETTERS[name])
-        self.check(fn(o) if name in NO_VALUE else fn(o, value))
+        if name == "guidance":
+            self.check(fn(o, value[0].encode(), value[1].encode()))
+        elif name == "stop_strings":
+            arr = P()
+            self.check(self.lib.OgaCreateStringArray(byref(arr)))
+            try:
+                for text in value:
+                    self.check(self.lib.OgaStringArrayAddString(arr, text.encode()))
+                self.check(fn(o, arr))
+            finally:
+                self.lib.OgaDestroyStringArray(arr)
+        else:
+            self.check(fn(o) if name in NO_VALUE else fn(o, value))
 
     def op_turn_options(self, a):
         o = P()
@@ -654,7 +682,7 @@ class CtypesRunner(_Base):
             if res:
                 msg = self.lib.OgaResultGetError(res)
                 self.lib.OgaDestroyResult(res)
-                err = msg.decode() if msg is not None else "<null message>"
+                err = _message(msg.decode()) if msg is not None else "<null message>"
         elif fn.restype is P:
             err = ("returned", "null" if res is None else "nonnull")
         elif fn.restype is not None:

@@ -29,6 +29,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 # Every configuration is a 2-layer hidden-64 random llama (vocab 97, EOS 2, context 64, seed 3)
 # built by oga.models.build for CPU (standard-op paged attention). `overlay` is applied with
 # og.Config.overlay / OgaConfigOverlay before the model is created (empty: og.Model(dir)).
+# `tokenizer` adds tokenizer files (tokenizer_fixture.py): "full" (tokenizer.json and
+# tokenizer_config.json), "json_only", "invalid_utf8" (full, some token texts replaced), "spm".
 MODEL_CONFIGS: Dict[str, dict] = {
     # block 4, plenty of blocks: max_request_length = min(64, 64*4+1) = 64
     "base": dict(block_size=4, num_blocks=64, max_batch_size=4, max_scheduled_tokens=64),
@@ -41,6 +43,17 @@ MODEL_CONFIGS: Dict[str, dict] = {
     # search.max_length 20 < max_request_length 64 (session default vs explicit cap)
     "maxlen20": dict(block_size=4, num_blocks=64, max_batch_size=4, max_scheduled_tokens=64,
                      overlay='{"search": {"max_length": 20}}'),
+    # "base" plus tokenizer.json and tokenizer_config.json (tokenizer_fixture.py): stop strings and
+    # guidance need the tokenizer, and 0.18 loads it only when both files are there
+    "tok": dict(block_size=4, num_blocks=64, max_batch_size=4, max_scheduled_tokens=64, tokenizer="full"),
+    # "base" plus tokenizer.json only
+    "tok_json_only": dict(block_size=4, num_blocks=64, max_batch_size=4, max_scheduled_tokens=64,
+                          tokenizer="json_only"),
+    # "tok" with tokens whose bytes never form a character (tokenizer_fixture.INVALID_UTF8)
+    "tok_invalid_utf8": dict(block_size=4, num_blocks=64, max_batch_size=4, max_scheduled_tokens=64,
+                             tokenizer="invalid_utf8"),
+    # "tok" in the SentencePiece layout of Llama 2's tokenizer.json (tokenizer_fixture.write_spm_tokenizer)
+    "tok_spm": dict(block_size=4, num_blocks=64, max_batch_size=4, max_scheduled_tokens=64, tokenizer="spm"),
 }
 
 MODEL_SEED = 3
@@ -63,9 +76,16 @@ def build_model_dirs(root) -> Dict[str, Tuple[str, Optional[str]]]:
     for name, cfg in MODEL_CONFIGS.items():
         cfg = dict(cfg)
         overlay = cfg.pop("overlay", None)
+        tokenizer = cfg.pop("tokenizer", None)
         path = os.path.join(str(root), name)
         if not os.path.exists(os.path.join(path, "genai_config.json")):
             build(None, path, random_spec=model_spec(), seed=MODEL_SEED, context_length=64, **cfg)
+        if tokenizer is not None and not os.path.exists(os.path.join(path, "tokenizer.json")):
+            from tokenizer_fixture import INVALID_UTF8, write_tokenizer
+
+            write_tokenizer(path, with_config=tokenizer != "json_only",
+                            overrides=INVALID_UTF8 if tokenizer == "invalid_utf8" else None,
+                            style="spm" if tokenizer == "spm" else "byte_level")
         dirs[name] = (path, overlay)
     # The static path runs OGA's own CPU build (contiguous GroupQueryAttention caches), made by
     # onnxruntime-genai's builder from a fixed random Llama checkpoint (tests/static_models.py).

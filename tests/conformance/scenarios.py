@@ -578,7 +578,288 @@ def _evs(recs):
     return events_of(recs)
 
 
+# ---------------------------------------------------------------------------------------------
+# Stop strings and guidance (reference C.5, C.6) on the "tok" model: "base" with a tokenizer
+# ---------------------------------------------------------------------------------------------
+# The tokenizer (tokenizer_fixture.py) gives the model's greedy tokens known texts:
+#   P_LONG -> "Hello" " wor" "ld" " ab" "c" " ab" "c" "!" " ab" "c" "!" " x" "yz" "." " (" ...
+#   P_B    -> "The" " cat" "c" b"\xc3" b"\xa9t" " sat" " on" " a" " no" " mat" "," "." b"\xe2" b"\x82"
+#             b"\xac" "5" "0" " then" ...   ("\u00e9" over two tokens, "\u20ac" over three)
+#   P_EOS  -> "The" " cat" " too" EOS
+# Every stop string below was chosen from those texts (decoded with the tokenizer after running
+# 0.18 greedily); the comment next to it says where it should (or must not) match.
+STOP_R = 2
+TOK = "tok"
+STOP_SPLIT = "Stop strings and guidance read the model's tokenizer through oga"
+TOKENIZER = "Tokenizer"
 
+
+def stop_turn(req, tokens, stops, max_gen=12, opts=None, label=None, **setters):
+    """TurnOptions with max_generated_tokens and stop strings, then begin_turn."""
+    opts = opts or "o_" + req
+    return [turn_options(opts, req, max_generated_tokens=max_gen, stop_strings=stops, **setters),
+            begin(req, tokens, opts=opts, label=label)]
+
+
+def stopped_at(req_label, generated, index):
+    """0.18's stream ends req's turn with StopString after `generated` tokens, stop index `index`."""
+    def pred(recs):
+        return any(e[1] == req_label and e[4] == STOP_R and e[7][1] == generated and e[5] in (index,)
+                   for e in _evs(recs))
+    return pred
+
+
+sc("stop_string_inside_one_token",
+   # "wo" lies inside " wor", the second token
+   [create("r1"), *stop_turn("r1", P_LONG, ["wo"]), drain(64)], model=TOK, expect=stopped_at("r1", 2, 0))
+sc("stop_string_spanning_two_tokens",
+   # "world" = " wor" + "ld" (tokens 2 and 3)
+   [create("r1"), *stop_turn("r1", P_LONG, ["world"]), drain(64)], model=TOK, expect=stopped_at("r1", 3, 0))
+sc("stop_string_spanning_three_tokens",
+   # "rld ab" = end of " wor" + "ld" + " ab" (tokens 2 to 4)
+   [create("r1"), *stop_turn("r1", P_LONG, ["rld ab"]), drain(64)], model=TOK, expect=stopped_at("r1", 4, 0))
+sc("stop_string_tie_breaks",
+   [create("r1"), create("r2"), create("r3"), create("r4"),
+    # earliest end wins over a lower index: "d a" ends on the " a" of " ab" (token 4), "ab" one byte later
+    *stop_turn("r1", P_LONG, ["ab", "d a"]),
+    # same end: the longest wins ("world" over "ld" and "rld", all ending with token 3)
+    *stop_turn("r2", P_LONG, ["ld", "rld", "world"]),
+    # same end and length (duplicates): the lowest index
+    *stop_turn("r3", P_LONG, ["zz", "o world", "o world"]),
+    # the match completed by the earliest token wins whatever its index ("Hello w" on token 2; the
+    # other two only on token 4)
+    *stop_turn("r4", P_LONG, ["Hello world a", "ld a", "Hello w"]),
+    drain(64)], model=TOK,
+   expect=all_of(stopped_at("r1", 4, 1), stopped_at("r2", 3, 2), stopped_at("r3", 3, 1), stopped_at("r4", 2, 2)))
+sc("stop_string_inside_split_utf8_characters",
+   [create("r1"), create("r2"), create("r3"), create("r4"),
+    # "\u00e9" = b"\xc3" + b"\xa9t" (tokens 4 and 5); "\u00c3" shares the first byte and never matches
+    *stop_turn("r1", P_B, ["\u00c3", "\u00e9"]),
+    # "\u20ac" = b"\xe2" + b"\x82" + b"\xac" (tokens 13 to 15)
+    *stop_turn("r2", P_B, ["\u20ac"], max_gen=20),
+    # "c\u00e9t" = "c" + b"\xc3" + b"\xa9t" (tokens 3 to 5)
+    *stop_turn("r3", P_B, ["c\u00e9t s", "c\u00e9t"]),
+    # ".\u20ac5" = "." + the three "\u20ac" tokens + "5" (tokens 12 to 16)
+    *stop_turn("r4", P_B, [".\u20ac5"], max_gen=20),
+    drain(64)], model=TOK,
+   expect=all_of(stopped_at("r1", 5, 1), stopped_at("r2", 15, 0), stopped_at("r3", 5, 1),
+                 stopped_at("r4", 16, 0)))
+sc("stop_strings_over_invalid_utf8",
+   # model "tok_invalid_utf8": P_LONG reads "Hello" " wor" "ld" b"\x80" b"\xf0\x9f" b"\x80" b"\xf0\x9f" "!"
+   # b"\x80" b"\xf0\x9f" "!" " x" "yz" ...
+   [create("r1"), create("r2"), create("r3"), create("r4"),
+    # oga: the lone continuation byte (token 4) reads as U+FFFD
+    *stop_turn("r1", P_LONG, ["d\ufffd"], max_gen=14),
+    # 0.18: the bytes of tokens 4 to 7 vanish, so "world!" ends on token 8
+    *stop_turn("r2", P_LONG, ["world!"], max_gen=14),
+    # 0.18: b"\xf0\x9f" (token 10) takes "!" (token 11) and the space of " x" (token 12) as its last
+    # two bytes and the four vanish, so "!x" ends on token 12
+    *stop_turn("r3", P_LONG, ["!x"], max_gen=14),
+    # oga: " x" ends on token 12; no one reads a U+1F400 out of the bytes
+    *stop_turn("r4", P_LONG, ["\U0001f400", " x"], max_gen=14),
+    drain(64, label="drain")], model="tok_invalid_utf8",
+   differences={"drain": Difference(
+       STOP_SPLIT, "bytes that never form a character: 0.18's stream decoder drops them, and a lead byte takes "
+       "the bytes after it (ASCII included) as its continuation, so 0.18 reads 'Hello world!xyz' (r2 stops on "
+       "token 8, r3 on token 12, r1 and r4 run to max_generated_tokens); oga reads one U+FFFD per maximal "
+       "invalid subpart, 'Hello world\ufffd\ufffd\ufffd!\ufffd\ufffd! xyz' (r1 stops on token 4, r4 on token "
+       "12, r2 and r3 run to max_generated_tokens)")})
+sc("stop_string_before_held_bytes_in_one_token",
+   # model "tok_invalid_utf8": P_C reads "The" " cat" " said" " wor" b" o\xc3" b"\xa9k": " o" is text on
+   # token 5 although the token ends with a held byte; "\u00e9" completes on token 6
+   [create("r1"), create("r2"), create("r3"), *stop_turn("r1", P_C, [" o"]), *stop_turn("r2", P_C, ["wor o"]),
+    *stop_turn("r3", P_C, ["\u00e9k"]), drain(64)], model="tok_invalid_utf8",
+   expect=all_of(stopped_at("r1", 5, 0), stopped_at("r2", 5, 0), stopped_at("r3", 6, 0)))
+sc("stop_string_leading_space_at_turn_start",
+   # P_LONG + "Hello" generates " wor" "ld" ...: on the byte-level tokenizer the turn's text starts
+   # with the space
+   [create("r1"), create("r2"), *stop_turn("r1", P_LONG + [16], [" wor"]),
+    *stop_turn("r2", P_LONG + [16], ["world"]), drain(64)], model=TOK,
+   expect=all_of(stopped_at("r1", 1, 0), stopped_at("r2", 2, 0)))
+sc("stop_string_leading_space_at_turn_start_spm",
+   # the same turns with the Llama 2 style tokenizer, whose decoder (Strip) drops a text's first space
+   [create("r1"), create("r2"), *stop_turn("r1", P_LONG + [16], [" wor"]),
+    *stop_turn("r2", P_LONG + [16], ["world"]), drain(64)], model="tok_spm",
+   expect=all_of(stopped_at("r1", 1, 0), stopped_at("r2", 2, 0)))
+sc("stop_strings_skip_special_tokens",
+   # turn 3 generates " wor" "ld" <unk> ")" (the history comes from turns 1 and 2, as in
+   # guidance_is_turn_scoped): "ld)" spans the special token, "<unk>" is its content
+   [create("r1"), turn_options("o", "r1", max_generated_tokens=4, guidance=("regex", "[a-z ]+")),
+    begin("r1", P_LONG, opts="o"), drain(64), begin("r1", [16], max_gen=4), drain(64),
+    *stop_turn("r1", [16], ["<unk>", "ld)"], max_gen=4), drain(64)], model=TOK)
+sc("stop_string_and_limits_on_the_same_token",
+   [create("r1"), create("r2", max_session=6), create("r3"),
+    # "world" completes on token 3, the last one max_generated_tokens allows: StopString wins
+    *stop_turn("r1", P_LONG, ["world"], max_gen=3),
+    # and the last one max_session_tokens (6 = 3 prompt + 3) allows
+    *stop_turn("r2", P_LONG, ["world"], max_gen=0),
+    # min_generated_tokens only masks EOS: the stop string still ends the turn on token 3
+    *stop_turn("r3", P_LONG, ["world"], max_gen=8, min_generated_tokens=6),
+    drain(64)], model=TOK,
+   expect=all_of(stopped_at("r1", 3, 0), stopped_at("r2", 3, 0), stopped_at("r3", 3, 0)))
+sc("stop_string_never_matches",
+   [create("r1"), create("r2"), create("r3"),
+    # none of these is in "Hello world abc abc!"
+    *stop_turn("r1", P_LONG, ["zzz", "Hello!", "abc abc abc"], max_gen=5),
+    # EOS ends the turn; its text "</s>" never reaches the matcher
+    *stop_turn("r2", P_EOS, ["dog", "</s>"], max_gen=8),
+    # "The cat too" then EOS: "too" matches before EOS would
+    *stop_turn("r3", P_EOS, ["</s>", "too"], max_gen=8),
+    drain(64)], model=TOK,
+   expect=all_of(has_reason(MAXGEN_R), has_reason(EOS_R), stopped_at("r3", 3, 1)))
+sc("stop_strings_match_only_this_turns_text",
+   [create("r1"), create("r2"),
+    # turn 1: "Hello world"
+    begin("r1", P_LONG, max_gen=3), drain(64),
+    # turn 2's prompt [16, 63] reads "Hello wor"; it generates "ld" " ab" "c" " ab" "c" " ab" "c" "!":
+    # "Hello" (turn 1 and the prompt), "world" and "rld" (prompt + generated) never match; "c!" ends
+    # the turn on its 8th token
+    *stop_turn("r1", [16, 63], ["world", "Hello", "rld", "c!"]), drain(64),
+    # turn 3 without stop strings runs to its limit
+    begin("r1", [9], max_gen=2), drain(64),
+    # r2: turn 2's prompt [24, 90] reads "ld ab" and it generates "c" " ab" "c": "abc" matches only on
+    # the third token, not on the first (which would complete "ab" + "c" across the prompt)
+    begin("r2", P_LONG, max_gen=3), drain(64), *stop_turn("r2", [24, 90], ["abc"]), drain(64)], model=TOK,
+   expect=all_of(stopped_at("r1", 8, 3), stopped_at("r2", 3, 0)))
+sc("stop_strings_with_continuation_options_reused",
+   # the same TurnOptions for two turns: each turn's matcher starts afresh (turn 1 ends with "ld",
+   # turn 2, after the prompt [24, 90], starts with "c": "ldc" would span the two turns)
+   [create("r1"), turn_options("o", "r1", max_generated_tokens=3, stop_strings=["ldc", "zz"]),
+    begin("r1", P_LONG, opts="o"), drain(64), begin("r1", [24, 90], opts="o"), drain(64)], model=TOK)
+sc("cancel_stop_string_turn",
+   [create("r1"), create("r2"),
+    *stop_turn("r1", P_LONG, ["zzz"], max_gen=10), *stop_turn("r2", P_B, ["zzz"], max_gen=10),
+    cancel("r2", 1), run(64, times=3), cancel("r1", 1), drain(64),
+    # the next turn (no stop strings) runs normally
+    begin("r1", [9], max_gen=2), drain(64)], model=TOK, expect=has_reason(CANCELLED_R))
+sc("stop_strings_validation",
+   [create("r1"), turn_options("o", "r1", max_generated_tokens=12, stop_strings=["world"]),
+    set_option("o", "stop_strings", ["s%d" % i for i in range(17)], label="17 strings"),
+    set_option("o", "stop_strings", ["a", ""], label="empty entry"),
+    set_option("o", "stop_strings", ["x" * 16385], label="16385 bytes"),
+    set_option("o", "stop_strings", ["x" * 8192, "y" * 8193], label="two strings, 16385 bytes"),
+    # the failures kept ["world"]
+    begin("r1", P_LONG, opts="o"), drain(64),
+    set_option("o", "stop_strings", ["s%d" % i for i in range(15)] + ["y" * 16000], label="16 strings"),
+    # "c" would end the next two turns on their first token: an empty list and reset clear it
+    set_option("o", "stop_strings", ["c"]), set_option("o", "stop_strings", [], label="clear"),
+    begin("r1", [24, 90], opts="o"), drain(64),
+    set_option("o", "stop_strings", ["c"]), set_option("o", "reset"), set_option("o", "max_generated_tokens", 2),
+    begin("r1", [24, 90], opts="o"), drain(64)], model=TOK,
+   expect=all_of(raises("Too many stop strings: 17, the maximum is 16."), raises("is empty"),
+                 stopped_at("r1", 3, 0)))
+sc("python_stop_string_with_nul",
+   [create("r1"), turn_options("o", "r1", max_generated_tokens=3, stop_strings=["world"]),
+    py(ref("opts", "o"), "set_stop_strings", ["a\x00b"], label="NUL"),
+    py(ref("opts", "o"), "set_stop_strings", "world", message=False, label="a str"),
+    begin("r1", P_LONG, opts="o"), drain(64)], model=TOK, backends=PY,
+   expect=raises("Stop strings must not contain an embedded NUL byte."))
+sc("c_stop_strings_and_guidance_null_arguments",
+   [create("r1"), turn_options("o", "r1", max_generated_tokens=3),
+    capi("OgaTurnOptionsSetStopStrings", NULL, NULL),
+    capi("OgaTurnOptionsSetStopStrings", ref("opts", "o"), NULL),
+    capi("OgaTurnOptionsSetGuidance", NULL, b"regex", b"x"),
+    capi("OgaTurnOptionsSetGuidance", ref("opts", "o"), NULL, b"x"),
+    capi("OgaTurnOptionsSetGuidance", ref("opts", "o"), b"regex", NULL),
+    capi("OgaTurnOptionsSetGuidance", ref("opts", "o"), b"regex", b""),
+    begin("r1", P_LONG, opts="o"), drain(64)], model=TOK, backends=C,
+   expect=raises("stop_strings must not be null."))
+sc("stop_strings_without_tokenizer_files",
+   [create("r1"), turn_options("o", "r1", max_generated_tokens=3, stop_strings=["world"]),
+    begin("r1", P_LONG, opts="o", label="begin"), pending(), begin("r1", P_LONG, max_gen=2), drain(64)],
+   expect=raises("Failed to open a json file"),
+   differences={"begin": Difference(STOP_SPLIT, "0.18 names the missing tokenizer_config.json; oga names the "
+                                    "missing tokenizer.json")})
+sc("stop_strings_without_tokenizer_config",
+   [create("r1"), turn_options("o", "r1", max_generated_tokens=3, stop_strings=["world"]),
+    begin("r1", P_LONG, opts="o", label="begin"), pending(label="pending"), drain(64, label="drain")],
+   model="tok_json_only", expect=raises("tokenizer_config.json"),
+   differences={k: Difference(STOP_SPLIT, "0.18 refuses the turn at begin_turn ('Failed to open a json file: "
+                              "<dir>/tokenizer_config.json'); oga needs only tokenizer.json and runs it (stops on "
+                              "'world')") for k in ("begin", "pending", "drain")})
+
+# Guidance: 0.18's wheel is built with llguidance, and guided turns run on this fixture.
+REGEX_LOWER = r"[a-z ]+"
+LARK_HELLO = 'start: "Hello" " " WORD "!"\nWORD: /[a-z]+/'
+JSON_A = '{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}'
+
+
+def guided_turn(req, tokens, kind, data, max_gen=12, label=None, **setters):
+    opts = "g_" + req
+    return [turn_options(opts, req, max_generated_tokens=max_gen, guidance=(kind, data), **setters),
+            begin(req, tokens, opts=opts, label=label)]
+
+
+sc("guidance_regex",
+   # unguided P_LONG starts "Hello" (upper case): the mask turns it into "ld" " ab" "c" ...
+   [create("r1"), *guided_turn("r1", P_LONG, "regex", REGEX_LOWER), drain(64)], model=TOK,
+   expect=lambda recs: _evs(recs)[0][3] == 24)
+sc("guidance_lark_grammar",
+   # 0.18: "Hello" " wor" "ld" "t" "c" "!" then EOS (the grammar is complete and only allows EOS)
+   [create("r1"), *guided_turn("r1", P_LONG, "lark_grammar", LARK_HELLO), drain(64, label="drain")], model=TOK,
+   expect=has_reason(EOS_R),
+   differences={"drain": Difference(TOKENIZER, "the grammar forces 'Hello ': 0.18's tokenizer keeps the word "
+                                    "'Hello' whole, the tokenizers package splits a BPE word without merges into "
+                                    "characters, so llguidance allows different first tokens")})
+sc("guidance_json_schema",
+   [create("r1"), *guided_turn("r1", P_LONG, "json_schema", JSON_A), drain(64)], model=TOK,
+   expect=lambda recs: _evs(recs)[0][3] == 7)  # "{"
+sc("guidance_concurrent_with_unguided_peers",
+   [create("r1"), create("r2"), create("r3"), *guided_turn("r1", P_B, "regex", "[0-9]+"),
+    begin("r2", P_B, max_gen=12), *guided_turn("r3", P_C, "lark_grammar", LARK_HELLO), drain(64, label="drain")],
+   model=TOK,
+   differences={"drain": Difference(TOKENIZER, "r3's grammar forces 'Hello ' (see guidance_lark_grammar); r1 and "
+                                    "r2 are identical")})
+sc("guidance_with_stop_strings",
+   # the regex turn's text is "ld abc..." (guidance_regex): "abc" completes on its third token
+   [create("r1"), *guided_turn("r1", P_LONG, "regex", REGEX_LOWER, stop_strings=["abc"]), drain(64)], model=TOK,
+   expect=stopped_at("r1", 3, 0))
+sc("guidance_is_turn_scoped",
+   # turn 2 (no options) and turn 3 (options whose guidance was cleared) are unguided
+   [create("r1"), turn_options("o", "r1", max_generated_tokens=4, guidance=("regex", REGEX_LOWER)),
+    begin("r1", P_LONG, opts="o"), drain(64), begin("r1", [16], max_gen=4), drain(64),
+    set_option("o", "clear_guidance"), begin("r1", [16], opts="o"), drain(64),
+    set_option("o", "guidance", ("regex", "[0-9]+")), set_option("o", "reset"),
+    set_option("o", "max_generated_tokens", 2), begin("r1", [16], opts="o"), drain(64)], model=TOK)
+sc("guidance_set_time_validation",
+   [create("r1"), turn_options("o", "r1", max_generated_tokens=3),
+    set_option("o", "guidance", ("bogus", "x"), label="bad type"),
+    set_option("o", "guidance", ("regex", ""), label="empty data"),
+    set_option("o", "guidance", ("", "x"), label="empty type"),
+    begin("r1", P_LONG, opts="o"), drain(64)], model=TOK,
+   expect=raises("Unsupported guidance type: bogus (only json_schema, regex, and lark_grammar are supported)."))
+sc("guidance_invalid_grammar",
+   [create("r1"), *guided_turn("r1", P_LONG, "regex", "(", label="bad regex"),
+    *guided_turn("r1", P_LONG, "lark_grammar", "start: (", label="bad lark"),
+    pending(), begin("r1", P_LONG, max_gen=2), drain(64)], model=TOK,
+   expect=raises("invalid regex"),
+   differences={k: Difference(STOP_SPLIT, "both refuse the grammar at begin_turn; 0.18's text is 'Error creating "
+                              "grammar: ' and llguidance's whole multi-line report, oga's 'Invalid <type> guidance: ' "
+                              "and its first line") for k in ("bad regex", "bad lark")})
+sc("guidance_grammar_no_token_can_start",
+   # no token of the vocabulary starts with "~": both refuse the turn at begin_turn, where the first
+   # mask is computed
+   [create("r1"), create("r2"), begin("r2", P_B, max_gen=3),
+    *guided_turn("r1", P_LONG, "regex", "~", label="begin"), drain(64, label="drain"),
+    pending(label="pending after")], model=TOK,
+   expect=raises("panic"),
+   differences={"begin": Difference(STOP_SPLIT, "0.18's llguidance panics computing the first mask ('Error "
+                                    "computing mask: panic: index out of bounds ...'); oga's says 'Invalid regex "
+                                    "guidance: no token of the model's vocabulary can start it.'")})
+sc("guidance_forced_bytes_tokenization",
+   # where the grammar forces bytes (after "x": "yz!"; after "Hello": " world"), llguidance allows
+   # only the first token of their canonical tokenization, which it gets from the tokenizer it was
+   # given. 0.18 gives it the model's tokenizer (onnxruntime-extensions: a pre-tokenized word that is
+   # in the vocabulary is one token, else BPE merges, of which this fixture has none: "xyz!" ->
+   # "x" "y" "z" "!", "Hello world" -> "Hello" " " "w" "o" "r" "l" "d"); oga's llguidance tokenizer
+   # (src/guidance.cpp) sets use_approximate_greedy_tokenize_fn (longest match: "x" "yz" "!",
+   # "Hello" " wor" "ld")
+   [create("r1"), create("r2"),
+    *guided_turn("r1", P_LONG, "regex", "(abc|xyz)!"),
+    *guided_turn("r2", P_LONG, "lark_grammar", 'start: "Hello" " wor" "ld"'), drain(64, label="drain")], model=TOK,
+   differences={"drain": Difference(TOKENIZER, "0.18: r1 'x' 'y' 'z' '!' EOS (71 73 75 96), r2 'Hello' ' ' 'w' 'o' "
+                                    "'r' 'l' 'd' EOS (16 30 70 58 61 46 34); oga tokenizes the forced text with the "
+                                    "tokenizers package, which splits a BPE word without merges into characters")})
 
 # ---------------------------------------------------------------------------------------------
 # Static batching (OGA's CPU build: contiguous caches, attention_mask, waves of at most 4 rows)
@@ -653,6 +934,16 @@ static("static_batch_size_overlay",
                                   "oga batches engine.static_batching.max_batch_size (2) rows, so the third request "
                                   "waits for the second wave") for k in ("first run", "second run", "third run", "rest")})
 
+static("static_stop_strings_rejected",
+       # the static model has the SmolLM2 tokenizer, so only the batching mode refuses the turn
+       [create("r1"), turn_options("o", "r1", max_generated_tokens=3, stop_strings=["a"]),
+        begin("r1", S_A, opts="o", label="begin"), pending(), set_option("o", "stop_strings", []),
+        begin("r1", S_A, opts="o"), drain(64)],
+       expect=raises("Stop strings require an Engine configured for dynamic batching."))
+static("static_whole_turn_guidance",
+       # whole-turn guidance runs on the static path in both ("0" "5" "4" "6")
+       [create("r1"), turn_options("o", "r1", max_generated_tokens=4, guidance=("regex", "[0-9]+")),
+        begin("r1", S_A, opts="o"), drain(64)])
 
 SCENARIOS = {s.name: s for s in S}
 assert len(SCENARIOS) == len(S), "duplicate scenario names"
