@@ -1268,9 +1268,10 @@ cdef size_t _tokenize(const char* directory, const uint8_t* data, size_t count, 
             import importlib
             tokenizer = importlib.import_module("oga.tokenizer")
             ids = tokenizer._engine_tokenize(_text(directory), (<const char*>data)[:count])
-            for i in range(min(len(ids), capacity)):
+            n = len(ids)
+            for i in range(min(<size_t>n, capacity)):
                 tokens[i] = ids[i]
-            return len(ids)
+            return n
         except BaseException:
             return 0
 

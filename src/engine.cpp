@@ -40,6 +40,9 @@ std::string NotSupportedYet(const char* what) {
   return std::string(what) + " is not supported yet by oga. Remove it from the turn options.";
 }
 
+// Vocabulary size from which a step's token selection is shared among RowWorkers.
+constexpr size_t kParallelSelectionVocabulary = 4096;
+
 constexpr const char* kBudgetTooSmallMessage = "The key-value cache budget is too small to hold the reserved decoder state.";
 
 uint64_t SaturatingMultiply(uint64_t a, uint64_t b) {
@@ -179,7 +182,14 @@ Engine::Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size
       scheduler_(limits, cache_),
       io_(limits.max_batch_size, limits.max_scheduled_tokens, cache_.max_columns()),
       pending_(limits.max_batch_size * 8 + 1),
-      scratch_(static_cast<size_t>(model_->config().vocab_size)) {
+      // Small vocabularies select in microseconds: waking workers would cost more than it saves.
+      workers_(vocab_size_ >= kParallelSelectionVocabulary ? RowWorkers::DefaultParticipants() : 1) {
+  scratches_.reserve(workers_.participants());
+  for (size_t p = 0; p < workers_.participants(); ++p) scratches_.emplace_back(vocab_size_);
+  stop_scratches_.resize(workers_.participants());
+  select_requests_.resize(limits.max_batch_size);
+  select_logits_rows_.resize(limits.max_batch_size);
+  select_staged_.resize(limits.max_batch_size);
   plan_.rows.reserve(limits.max_batch_size);
   plan_.unserviceable.reserve(limits.max_batch_size);
   staged_.resize(limits.max_batch_size);
@@ -336,7 +346,7 @@ uint64_t Engine::BeginTurn(Request& request, const OgaTurnOptions* options, cons
   std::unique_ptr<GuidanceCursor> guidance;
   if (options != nullptr && !options->values.stop_strings.empty()) {
     stop.Reset(options->values.stop_strings, model_->token_table());
-    stop_scratch_.reserve(stop.scratch_capacity());
+    for (std::string& scratch : stop_scratches_) scratch.reserve(stop.scratch_capacity());
   }
   if (options != nullptr && !options->values.guidance_type.empty()) {
     guidance = std::make_unique<GuidanceCursor>(model_->guidance_tokenizer(), options->values.guidance_type,
@@ -601,7 +611,8 @@ LogitsRow Engine::LogitsRowAt(const OgaExtStepOutputs& outputs, size_t row) cons
   return logits;
 }
 
-Engine::StagedResult Engine::SelectToken(Request& request, const LogitsRow& logits) {
+Engine::StagedResult Engine::SelectToken(Request& request, const LogitsRow& logits, size_t participant) {
+  SamplingScratch& scratch = scratches_[participant];
   StagedResult staged;
   const TurnPolicy& policy = request.policy;
   const bool mask_eos = request.turn_generated_tokens < policy.min_generated_tokens;
@@ -618,17 +629,17 @@ Engine::StagedResult Engine::SelectToken(Request& request, const LogitsRow& logi
   if (policy.greedy && !policy.processes_logits() && allowed == nullptr) {
     token = SelectGreedy(logits, vocab_size_, eos_ids_, mask_eos);  // no copy of the row needed
   } else {
-    LoadLogits(logits, vocab_size_, scratch_);
-    if (allowed != nullptr) ApplyAllowedMask(allowed, scratch_);
+    LoadLogits(logits, vocab_size_, scratch);
+    if (allowed != nullptr) ApplyAllowedMask(allowed, scratch);
     ProcessLogits(request.tokens, eos_ids_, mask_eos, policy.repetition_penalty, policy.no_repeat_ngram_size,
-                  scratch_);
+                  scratch);
     if (policy.greedy) {
-      token = ArgMaxProcessed(scratch_);  // a greedy step draws nothing
+      token = ArgMaxProcessed(scratch);  // a greedy step draws nothing
     } else {
       // Draw from a copy: the request's stream (or the turn's reseed) advances only at commit.
       staged.stream = policy.seed ? RandomStream(*policy.seed) : request.stream;
       staged.drew = true;
-      token = SampleProcessed(policy.temperature, policy.top_k, policy.top_p, staged.stream, scratch_);
+      token = SampleProcessed(policy.temperature, policy.top_k, policy.top_p, staged.stream, scratch);
     }
   }
   if (token < 0) {
@@ -637,9 +648,9 @@ Engine::StagedResult Engine::SelectToken(Request& request, const LogitsRow& logi
     // the batch forever, so the row falls back to the top raw logit the grammar allows, still
     // honouring the EOS floor when anything else is left.
     if (allowed != nullptr) {
-      LoadLogits(logits, vocab_size_, scratch_);
-      ApplyAllowedMask(allowed, scratch_);
-      token = ArgMaxProcessed(scratch_);
+      LoadLogits(logits, vocab_size_, scratch);
+      ApplyAllowedMask(allowed, scratch);
+      token = ArgMaxProcessed(scratch);
       if (token < 0) {
         staged.finish_reason = OgaFinishReason_Failed;  // the grammar allows no token at all
         return staged;
@@ -665,7 +676,7 @@ Engine::StagedResult Engine::SelectToken(Request& request, const LogitsRow& logi
   const uint64_t generated = request.turn_generated_tokens + 1;
   const uint64_t length = request.tokens.size() + 1;
   // Precedence for one token: StopString > MaxGeneratedTokens > MaxSessionTokens.
-  if (request.stop.enabled()) staged.matched_stop_string = request.stop.Peek(token, stop_scratch_);
+  if (request.stop.enabled()) staged.matched_stop_string = request.stop.Peek(token, stop_scratches_[participant]);
   if (staged.matched_stop_string >= 0) {
     staged.finish_reason = OgaFinishReason_StopString;
   } else if (request.policy.max_generated_tokens != 0 && generated >= request.policy.max_generated_tokens) {
@@ -714,12 +725,29 @@ void Engine::EndTurnText(Request& request) noexcept {
 
 void Engine::StageResults(const OgaExtStepOutputs& outputs) {
   const bool per_token = executor_.per_token_logits();
+  size_t count = 0;
   for (size_t r = 0; r < plan_.rows.size(); ++r) {
     const RequestStepPlan& row = plan_.rows[r];
     staged_[r] = StagedResult{};
     if (!row.samples) continue;  // partial prefill: progress without a token
-    staged_[r] = SelectToken(*row.request, LogitsRowAt(outputs, per_token ? row.logits_index : r));
+    select_requests_[count] = row.request;
+    select_logits_rows_[count] = per_token ? row.logits_index : r;
+    select_staged_[count] = &staged_[r];
+    ++count;
   }
+  SelectTokens(count, outputs);
+}
+
+void Engine::SelectTokens(size_t count, const OgaExtStepOutputs& outputs) {
+  select_outputs_ = &outputs;
+  workers_.Run(
+      count,
+      [](void* context, size_t i, size_t participant) {
+        Engine& engine = *static_cast<Engine*>(context);
+        const LogitsRow logits = engine.LogitsRowAt(*engine.select_outputs_, engine.select_logits_rows_[i]);
+        *engine.select_staged_[i] = engine.SelectToken(*engine.select_requests_[i], logits, participant);
+      },
+      this);
 }
 
 void Engine::PublishCommit() {
@@ -868,11 +896,17 @@ void Engine::StepStatic() {
       return;
   }
   try {
+    size_t count = 0;
     for (size_t r = 0; r < rows.size(); ++r) {
       Request& request = *rows[r].request;
       static_staged_[r] = StagedResult{};
-      if (IsExecutable(request)) static_staged_[r] = SelectToken(request, LogitsRowAt(outputs, r));
+      if (!IsExecutable(request)) continue;
+      select_requests_[count] = &request;
+      select_logits_rows_[count] = r;
+      select_staged_[count] = &static_staged_[r];
+      ++count;
     }
+    SelectTokens(count, outputs);
   } catch (const RetryableStepError&) {
     PushEngineEvent(OgaEngineEventFlag_Retryable, OgaErrorCode_RetryableExecution);
     return;

@@ -21,6 +21,7 @@
 #include "model_executor.h"
 #include "paged_cache.h"
 #include "request.h"
+#include "row_workers.h"
 #include "sampler.h"
 #include "scheduler.h"
 #include "static_batch.h"
@@ -116,9 +117,13 @@ class Engine {
   void StageResults(const OgaExtStepOutputs& outputs);
   void PublishCommit();
   LogitsRow LogitsRowAt(const OgaExtStepOutputs& outputs, size_t row) const;
-  // Greedy selection and turn-end staging for one row; grows the token storage so PublishToken
-  // cannot allocate. Throws RetryableStepError when nothing is selectable.
-  StagedResult SelectToken(Request& request, const LogitsRow& logits);
+  // Token selection and turn-end staging for one row, with participant `participant`'s scratch;
+  // grows the token storage so PublishToken cannot allocate. Throws RetryableStepError when nothing
+  // is selectable. Rows are independent: RowWorkers runs them in parallel.
+  StagedResult SelectToken(Request& request, const LogitsRow& logits, size_t participant);
+  // Runs SelectToken for the first `count` entries of select_requests_ / select_logits_rows_ into
+  // select_staged_, shared among RowWorkers.
+  void SelectTokens(size_t count, const OgaExtStepOutputs& outputs);
   // Appends the staged token, ends the turn when staged so, and queues the row's event.
   void PublishToken(Request& request, const StagedResult& staged);
   // The turn's stop strings and grammar are done with: frees the matcher and the grammar cursor.
@@ -157,8 +162,15 @@ class Engine {
   StepPlan plan_;
   std::vector<StagedResult> staged_;
   EventQueue pending_;
-  SamplingScratch scratch_;
-  std::string stop_scratch_;  // one token's decoded text; reserved by BeginTurn
+  // Per-row selection work: one scratch per participant (the owner thread is participant 0).
+  RowWorkers workers_;
+  std::vector<SamplingScratch> scratches_;
+  std::vector<std::string> stop_scratches_;  // one token's decoded text; reserved by BeginTurn
+  // The rows of the step being selected (preallocated at max_batch_size).
+  std::vector<Request*> select_requests_;
+  std::vector<size_t> select_logits_rows_;
+  std::vector<StagedResult*> select_staged_;
+  const OgaExtStepOutputs* select_outputs_ = nullptr;
   std::vector<Request*> failed_rows_;  // rows whose turn failed in this step (poisoned grammar)
 
   bool unhealthy_ = false;

@@ -5,6 +5,10 @@
 #include <cstring>
 #include <limits>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "random_stream.h"
 
 namespace oga {
@@ -36,6 +40,46 @@ float HalfToFloat(uint16_t half) {
 
 namespace {
 
+constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
+
+// The largest value of data[0, count), NaN ignored; -inf when there is none. With SSE2 four lanes
+// at a time (MAXPS returns its second operand when the first is NaN, so NaN never enters).
+float MaxIgnoringNaN(const float* data, size_t count) {
+  size_t i = 0;
+#if defined(__SSE2__)
+  __m128 a = _mm_set1_ps(kNegativeInfinity), b = a, c = a, d = a;
+  for (; i + 16 <= count; i += 16) {
+    a = _mm_max_ps(_mm_loadu_ps(data + i), a);
+    b = _mm_max_ps(_mm_loadu_ps(data + i + 4), b);
+    c = _mm_max_ps(_mm_loadu_ps(data + i + 8), c);
+    d = _mm_max_ps(_mm_loadu_ps(data + i + 12), d);
+  }
+  alignas(16) float lanes[4];
+  _mm_store_ps(lanes, _mm_max_ps(_mm_max_ps(a, b), _mm_max_ps(c, d)));
+  float best = std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3]));
+#else
+  float best = kNegativeInfinity;
+#endif
+  for (; i < count; ++i) best = data[i] > best ? data[i] : best;
+  return best;
+}
+
+// The first index at or after `from` whose value equals `value`, or `count`.
+size_t FindFirst(const float* data, size_t from, size_t count, float value) {
+  size_t i = from;
+#if defined(__SSE2__)
+  const __m128 target = _mm_set1_ps(value);
+  for (; i + 4 <= count; i += 4) {
+    const int hits = _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(data + i), target));
+    if (hits != 0) return i + static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(hits)));
+  }
+#endif
+  for (; i < count; ++i) {
+    if (data[i] == value) return i;
+  }
+  return count;
+}
+
 template <typename Load>
 int32_t ArgMax(size_t vocab_size, const std::vector<int32_t>& eos_ids, bool mask_eos, Load load) {
   int32_t best = -1;
@@ -58,6 +102,16 @@ int32_t SelectGreedy(const LogitsRow& row, size_t vocab_size, const std::vector<
     return ArgMax(vocab_size, eos_ids, mask_eos, [data](size_t v) { return HalfToFloat(data[v]); });
   }
   const auto* data = static_cast<const float*>(row.data);
+  // The largest value, then its first occurrence that is not a masked EOS id.
+  const float best = MaxIgnoringNaN(data, vocab_size);
+  if (best > kNegativeInfinity) {
+    for (size_t v = FindFirst(data, 0, vocab_size, best); v < vocab_size; v = FindFirst(data, v + 1, vocab_size, best)) {
+      if (!mask_eos || std::find(eos_ids.begin(), eos_ids.end(), static_cast<int32_t>(v)) == eos_ids.end()) {
+        return static_cast<int32_t>(v);
+      }
+    }
+  }
+  // Every candidate is -inf or NaN, or the maximum is a masked EOS id: the exact scan.
   return ArgMax(vocab_size, eos_ids, mask_eos, [data](size_t v) { return data[v]; });
 }
 
@@ -108,83 +162,268 @@ void ProcessLogits(const std::vector<int32_t>& sequence, const std::vector<int32
 }
 
 int32_t ArgMaxProcessed(const SamplingScratch& scratch) {
-  int32_t best = -1;
-  float best_value = -std::numeric_limits<float>::infinity();
-  for (size_t v = 0; v < scratch.logits.size(); ++v) {
-    if (scratch.logits[v] > best_value) {
-      best = static_cast<int32_t>(v);
-      best_value = scratch.logits[v];
-    }
-  }
-  return best;
+  const float* logits = scratch.logits.data();
+  const size_t count = scratch.logits.size();
+  const float best = MaxIgnoringNaN(logits, count);
+  if (!(best > kNegativeInfinity)) return -1;
+  return static_cast<int32_t>(FindFirst(logits, 0, count, best));
 }
 
 namespace {
 
-// Rearranges candidates [begin, end) of scratch.order / scratch.probabilities so that the first
-// returned count of them are the highest-logit candidates whose probabilities add up to `needed`
-// (ties broken by `before`, as a full sort would). Candidates in buckets above the one the nucleus
-// ends in are taken whole; only that boundary bucket is sorted.
-template <typename Before>
-size_t ExtendNucleus(size_t begin, size_t end, double needed, const std::vector<float>& logits, Before before,
-                     double max_logit, double inverse_temperature, SamplingScratch& scratch, double& added) {
-  int32_t* order = scratch.order.data();
-  double* probability = scratch.probabilities.data();
+// e^x for x <= 0 in float: x = n ln 2 + r with |r| <= ln 2 / 2 (n rounded with the 1.5 * 2^23
+// trick), a degree-6 Taylor polynomial for e^r (relative error below 2e-7) and 2^n through the
+// exponent bits; below -87 it returns about e^-87. The SSE2 version computes the same operations four
+// lanes at a time.
+constexpr float kLog2E = 1.44269504088896341f;
+constexpr float kLn2 = 0.693147180559945309f;
+constexpr float kRoundMagic = 12582912.0f;
+
+inline float ExpNonPositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float n = (x * kLog2E + kRoundMagic) - kRoundMagic;
+  const float r = x - n * kLn2;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+// Log-probability bucket of each of tokens [begin, begin + 4 * lanes) as uint32 in `out`: the
+// truncated (max_logit - logit) * scale, capped at kBuckets - 1 (-inf and NaN logits land there).
+inline void BucketsOf(const float* logits, size_t begin, size_t count, float max_logit, float scale,
+                      uint32_t* out) {
+  constexpr float kLast = static_cast<float>(SamplingScratch::kBuckets - 1);
+  size_t v = begin;
+#if defined(__SSE2__)
+  const __m128 maximum = _mm_set1_ps(max_logit), factor = _mm_set1_ps(scale), last = _mm_set1_ps(kLast);
+  for (; v + 4 <= begin + count; v += 4) {
+    const __m128 distance = _mm_mul_ps(_mm_sub_ps(maximum, _mm_loadu_ps(logits + v)), factor);
+    // MINPS returns its second operand when the first is NaN: NaN and +inf distances cap at kLast.
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (v - begin)), _mm_cvttps_epi32(_mm_min_ps(distance, last)));
+  }
+#endif
+  for (; v < begin + count; ++v) {
+    const float distance = (max_logit - logits[v]) * scale;
+    out[v - begin] = distance < kLast ? static_cast<uint32_t>(distance) : static_cast<uint32_t>(kLast);
+  }
+}
+
+// weight[v] = e^((logit[v] - max_logit) / temperature), 0 for -inf and NaN logits. The weights of
+// each block of kWeightBlock tokens are summed in float lanes and the block sums kept in double
+// (block_mass), so the draw can skip whole blocks; returns the total.
+constexpr size_t kWeightBlock = 64;
+// Log-probability buckets per unit of (max_logit - logit) / temperature: each bucket spans a
+// probability ratio of e^(1/kBucketsPerNat), about 2%.
+constexpr float kBucketsPerNat = 46.0f;
+
+double Weigh(const float* logits, size_t count, float max_logit, float inverse_temperature, float* weight,
+             double* block_mass) {
+  double total = 0.0;
+  for (size_t begin = 0; begin < count; begin += kWeightBlock) {
+    const size_t end = std::min(count, begin + kWeightBlock);
+    size_t v = begin;
+    float block = 0.0f;
+#if defined(__SSE2__)
+    const __m128 maximum = _mm_set1_ps(max_logit), inverse = _mm_set1_ps(inverse_temperature);
+    const __m128 floor = _mm_set1_ps(-87.0f), log2e = _mm_set1_ps(kLog2E), magic = _mm_set1_ps(kRoundMagic);
+    const __m128 ln2 = _mm_set1_ps(kLn2), negative_infinity = _mm_set1_ps(kNegativeInfinity);
+    __m128 sum = _mm_setzero_ps();
+    for (; v + 4 <= end; v += 4) {
+      const __m128 logit = _mm_loadu_ps(logits + v);
+      __m128 x = _mm_mul_ps(_mm_sub_ps(logit, maximum), inverse);
+      x = _mm_max_ps(x, floor);  // NaN lanes become the floor; they are zeroed below
+      const __m128 n = _mm_sub_ps(_mm_add_ps(_mm_mul_ps(x, log2e), magic), magic);
+      const __m128 r = _mm_sub_ps(x, _mm_mul_ps(n, ln2));
+      __m128 p = _mm_set1_ps(1.0f / 720.0f);
+      p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(1.0f / 120.0f));
+      p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(1.0f / 24.0f));
+      p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(1.0f / 6.0f));
+      p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(0.5f));
+      p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(1.0f));
+      p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(1.0f));
+      const __m128i exponent = _mm_slli_epi32(_mm_add_epi32(_mm_cvtps_epi32(n), _mm_set1_epi32(127)), 23);
+      __m128 w = _mm_mul_ps(p, _mm_castsi128_ps(exponent));
+      w = _mm_and_ps(w, _mm_cmpgt_ps(logit, negative_infinity));
+      _mm_storeu_ps(weight + v, w);
+      sum = _mm_add_ps(sum, w);
+    }
+    alignas(16) float lanes[4];
+    _mm_store_ps(lanes, sum);
+    block = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+#endif
+    for (; v < end; ++v) {
+      const float logit = logits[v];
+      weight[v] = logit > kNegativeInfinity ? ExpNonPositive((logit - max_logit) * inverse_temperature) : 0.0f;
+      block += weight[v];
+    }
+    block_mass[begin / kWeightBlock] = block;
+    total += block;
+  }
+  return total;
+}
+
+// Draws a token with probability proportional to weight[v] (total `mass`) in index order: whole
+// blocks are skipped by their sums. -1 when every weight is 0.
+int32_t DrawWeighted(const float* weight, const double* block_mass, size_t count, double mass, RandomStream& stream) {
+  double remaining = stream.Uniform() * mass;
+  int32_t last = -1;
+  for (size_t begin = 0; begin < count; begin += kWeightBlock) {
+    const double block = block_mass[begin / kWeightBlock];
+    if (block == 0.0) continue;
+    const size_t end = std::min(count, begin + kWeightBlock);
+    if (remaining >= block) {
+      remaining -= block;
+      for (size_t v = end; v > begin; --v) {
+        if (weight[v - 1] != 0.0f) {
+          last = static_cast<int32_t>(v - 1);
+          break;
+        }
+      }
+      continue;
+    }
+    for (size_t v = begin; v < end; ++v) {
+      if (weight[v] == 0.0f) continue;
+      last = static_cast<int32_t>(v);
+      remaining -= weight[v];
+      if (remaining < 0) return last;
+    }
+  }
+  return last;  // rounding left a sliver of mass: the last candidate
+}
+
+// Sampling over the whole vocabulary without sorting it (a flat distribution over a large
+// vocabulary is the slow case of top-p). Weights come from one pass. For a nucleus, tokens are
+// bucketed by log-probability (each bucket spans a probability ratio of about 2%): the buckets above
+// the one the nucleus ends in are taken whole, and only that boundary bucket is sorted, so the
+// nucleus is exactly the smallest prefix of the (logit descending, index ascending) order whose
+// mass reaches top_p, as a full sort would give. The draw then walks bucket masses, and tokens only
+// inside the bucket it lands in (index order; the boundary bucket in its sorted order).
+int32_t SampleDense(float temperature, float top_p, RandomStream& stream, SamplingScratch& scratch) {
+  const float* logits = scratch.logits.data();
+  const size_t vocab = scratch.logits.size();
+  float* weight = scratch.weights.data();
+  const float inverse_temperature = 1.0f / temperature;
+  const float max_logit = MaxIgnoringNaN(logits, vocab);
+  if (!(max_logit > kNegativeInfinity)) return -1;
+  const bool nucleus = top_p > 0.0f && top_p < 1.0f;
+  if (!nucleus) {
+    const double total = Weigh(logits, vocab, max_logit, inverse_temperature, weight, scratch.block_mass.data());
+    return DrawWeighted(weight, scratch.block_mass.data(), vocab, total, stream);
+  }
   const size_t buckets = SamplingScratch::kBuckets;
-  float high = -std::numeric_limits<float>::infinity();
-  float low = std::numeric_limits<float>::infinity();
-  for (size_t i = begin; i < end; ++i) {
-    high = std::max(high, logits[order[i]]);
-    low = std::min(low, logits[order[i]]);
-  }
-  const double scale = high > low ? static_cast<double>(buckets) / (static_cast<double>(high) - low) : 0.0;
-  auto bucket_of = [&](int32_t token) {
-    return std::min(buckets - 1, static_cast<size_t>((static_cast<double>(high) - logits[token]) * scale));
-  };
+  const float scale = inverse_temperature * kBucketsPerNat;
+  uint32_t lanes[64];
+  double* even = scratch.bucket_mass.data();
+  double* odd = even + buckets;
+  const double total = Weigh(logits, vocab, max_logit, inverse_temperature, weight, scratch.block_mass.data());
+  // Two interleaved histograms, so neighbouring tokens in one bucket do not wait on each other.
   std::fill(scratch.bucket_mass.begin(), scratch.bucket_mass.end(), 0.0);
-  std::fill(scratch.bucket_count.begin(), scratch.bucket_count.end(), 0);
-  for (size_t i = begin; i < end; ++i) {
-    const size_t b = bucket_of(order[i]);
-    scratch.bucket_mass[b] += probability[i];
-    ++scratch.bucket_count[b];
+  for (size_t begin = 0; begin < vocab; begin += 64) {
+    const size_t n = std::min<size_t>(64, vocab - begin);
+    BucketsOf(logits, begin, n, max_logit, scale, lanes);
+    size_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+      even[lanes[i]] += weight[begin + i];
+      odd[lanes[i + 1]] += weight[begin + i + 1];
+    }
+    if (i < n) even[lanes[i]] += weight[begin + i];
   }
+  const double target = static_cast<double>(top_p) * total;
   size_t boundary = 0;
   double above = 0.0;
-  size_t above_count = 0;
-  while (boundary + 1 < buckets && above + scratch.bucket_mass[boundary] < needed) {
-    above += scratch.bucket_mass[boundary];
-    above_count += scratch.bucket_count[boundary];
+  while (boundary + 1 < buckets && above + even[boundary] + odd[boundary] < target) {
+    above += even[boundary] + odd[boundary];
     ++boundary;
   }
-  // Candidates above the boundary bucket first, then the boundary bucket's, the rest after.
-  size_t whole = 0;
-  size_t edge = above_count;
-  size_t rest = above_count + scratch.bucket_count[boundary];
-  for (size_t i = begin; i < end; ++i) {
-    const size_t b = bucket_of(order[i]);
-    const size_t slot = b < boundary ? whole++ : b == boundary ? edge++ : rest++;
-    scratch.spare_order[slot] = order[i];
-    scratch.spare_probabilities[slot] = probability[i];
+  // The members of a bucket, in index order (zero-weight tokens, -inf and NaN, never belong).
+  auto members = [&](size_t bucket, int32_t* out) {
+    size_t count = 0;
+    size_t v = 0;
+#if defined(__SSE2__)
+    const __m128 maximum = _mm_set1_ps(max_logit), factor = _mm_set1_ps(scale);
+    const __m128 last = _mm_set1_ps(static_cast<float>(buckets - 1));
+    const __m128i wanted = _mm_set1_epi32(static_cast<int32_t>(bucket));
+    for (; v + 4 <= vocab; v += 4) {
+      const __m128 distance = _mm_mul_ps(_mm_sub_ps(maximum, _mm_loadu_ps(logits + v)), factor);
+      const __m128i ids = _mm_cvttps_epi32(_mm_min_ps(distance, last));
+      int hits = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(ids, wanted)));
+      while (hits != 0) {
+        const size_t token = v + static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(hits)));
+        hits &= hits - 1;
+        if (weight[token] != 0.0f) out[count++] = static_cast<int32_t>(token);
+      }
+    }
+#endif
+    for (; v < vocab; v += 64) {
+      const size_t n = std::min<size_t>(64, vocab - v);
+      BucketsOf(logits, v, n, max_logit, scale, lanes);
+      for (size_t i = 0; i < n; ++i) {
+        if (lanes[i] == bucket && weight[v + i] != 0.0f) out[count++] = static_cast<int32_t>(v + i);
+      }
+    }
+    return count;
+  };
+  int32_t* edge = scratch.spare_order.data();
+  const size_t edge_count = members(boundary, edge);
+  std::sort(edge, edge + edge_count, [logits](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  double mass = above;
+  size_t taken = 0;
+  while (taken < edge_count && mass < target) mass += weight[edge[taken++]];
+  if (taken == 0) {
+    // Only possible when rounding left the boundary bucket's mass short: the top token alone.
+    return static_cast<int32_t>(FindFirst(logits, 0, vocab, max_logit));
   }
-  const size_t count = end - begin;
-  std::copy(scratch.spare_order.begin(), scratch.spare_order.begin() + count, order + begin);
-  std::copy(scratch.spare_probabilities.begin(), scratch.spare_probabilities.begin() + count, probability + begin);
-  // Order the boundary bucket (recomputing its probabilities in the new order) and take from it
-  // until the nucleus is complete.
-  int32_t* edge_begin = order + begin + above_count;
-  double* edge_probability = probability + begin + above_count;
-  const size_t edge_count = scratch.bucket_count[boundary];
-  std::sort(edge_begin, edge_begin + edge_count, before);
-  added = above;
-  size_t taken = above_count;
-  for (size_t i = 0; i < edge_count; ++i) {
-    edge_probability[i] = std::exp((static_cast<double>(logits[edge_begin[i]]) - max_logit) * inverse_temperature);
+  double remaining = stream.Uniform() * mass;
+  for (size_t bucket = 0; bucket < boundary; ++bucket) {
+    const double bucket_mass = even[bucket] + odd[bucket];
+    if (remaining >= bucket_mass) {
+      remaining -= bucket_mass;
+      continue;
+    }
+    int32_t* inside = scratch.order.data();
+    const size_t count = members(bucket, inside);
+    for (size_t i = 0; i < count; ++i) {
+      remaining -= weight[inside[i]];
+      if (remaining < 0) return inside[i];
+    }
+    if (count > 0) return inside[count - 1];
   }
-  for (size_t i = 0; i < edge_count && added < needed; ++i) {
-    added += edge_probability[i];
-    ++taken;
+  for (size_t i = 0; i < taken; ++i) {
+    remaining -= weight[edge[i]];
+    if (remaining < 0) return edge[i];
   }
-  return taken;
+  return edge[taken - 1];
+}
+
+// Sampling over a top-k candidate list without a nucleus: weights and one draw in list order.
+int32_t SampleCandidates(const int32_t* order, size_t count, float temperature, RandomStream& stream,
+                         SamplingScratch& scratch) {
+  const float* logits = scratch.logits.data();
+  float* weight = scratch.weights.data();
+  const float inverse_temperature = 1.0f / temperature;
+  float max_logit = kNegativeInfinity;
+  for (size_t i = 0; i < count; ++i) max_logit = std::max(max_logit, logits[order[i]]);
+  double mass = 0.0;
+  for (size_t i = 0; i < count; ++i) {
+    weight[i] = ExpNonPositive((logits[order[i]] - max_logit) * inverse_temperature);
+    mass += weight[i];
+  }
+  double remaining = stream.Uniform() * mass;
+  for (size_t i = 0; i < count; ++i) {
+    remaining -= weight[i];
+    if (remaining < 0) return order[i];
+  }
+  return order[count - 1];
 }
 
 }  // namespace
@@ -192,64 +431,62 @@ size_t ExtendNucleus(size_t begin, size_t end, double needed, const std::vector<
 int32_t SampleProcessed(float temperature, int32_t top_k, float top_p, RandomStream& stream,
                         SamplingScratch& scratch) {
   const std::vector<float>& logits = scratch.logits;
+  if (top_k <= 0 || static_cast<size_t>(top_k) >= logits.size()) {
+    // No top-k cut: every token is a candidate (weights of masked ones are 0).
+    return SampleDense(temperature, top_p, stream, scratch);
+  }
+  // The top_k largest in one pass against a bounded heap whose front is the worst kept candidate.
+  // Tokens arrive in index order, so a later token equal to the front loses the tie: only strictly
+  // larger logits enter, and the test runs four lanes at a time.
   int32_t* order = scratch.order.data();
-  size_t count = 0;
-  for (size_t v = 0; v < logits.size(); ++v) {
-    if (logits[v] > -std::numeric_limits<float>::infinity()) order[count++] = static_cast<int32_t>(v);  // not NaN
-  }
-  if (count == 0) return -1;
-  auto before = [&logits](int32_t a, int32_t b) {
-    const float x = logits[static_cast<size_t>(a)];
-    const float y = logits[static_cast<size_t>(b)];
-    return x > y || (x == y && a < b);
+  const float* values = logits.data();
+  const size_t vocab = logits.size();
+  auto before = [values](int32_t a, int32_t b) {
+    return values[a] > values[b] || (values[a] == values[b] && a < b);
   };
-  size_t kept = count;
-  if (top_k > 0 && static_cast<size_t>(top_k) < count) {
-    // One pass against a bounded heap whose front is the worst kept candidate: most tokens lose a
-    // single comparison with a cache-hot element (cheaper than nth_element over a large vocabulary).
-    kept = static_cast<size_t>(top_k);
-    std::make_heap(order, order + kept, before);
-    for (size_t i = kept; i < count; ++i) {
-      if (!before(order[i], order[0])) continue;
-      std::pop_heap(order, order + kept, before);
-      order[kept - 1] = order[i];
-      std::push_heap(order, order + kept, before);
-    }
+  const size_t k = static_cast<size_t>(top_k);
+  size_t kept = 0;
+  size_t v = 0;
+  for (; v < vocab && kept < k; ++v) {
+    if (values[v] > kNegativeInfinity) order[kept++] = static_cast<int32_t>(v);
   }
+  if (kept == 0) return -1;
+  std::make_heap(order, order + kept, before);
+  auto offer = [&](size_t token) {
+    if (!(values[token] > values[order[0]])) return;
+    std::pop_heap(order, order + kept, before);
+    order[kept - 1] = static_cast<int32_t>(token);
+    std::push_heap(order, order + kept, before);
+  };
+#if defined(__SSE2__)
+  for (; v + 4 <= vocab; v += 4) {
+    if (_mm_movemask_ps(_mm_cmpgt_ps(_mm_loadu_ps(values + v), _mm_set1_ps(values[order[0]]))) == 0) continue;
+    for (size_t j = v; j < v + 4; ++j) offer(j);
+  }
+#endif
+  for (; v < vocab; ++v) offer(v);
   const bool nucleus = top_p > 0.0f && top_p < 1.0f;
-  // Only the nucleus needs an order; sort a leading slice first and widen it only if the slice's
-  // mass falls short (a full sort of a large vocabulary per row is the slow case).
-  size_t sorted = nucleus ? std::min<size_t>(kept, 1024) : 0;
-  if (sorted > 0 && sorted < kept) std::nth_element(order, order + sorted, order + kept, before);
-  std::sort(order, order + sorted, before);
+  if (!nucleus) return SampleCandidates(order, kept, temperature, stream, scratch);
+  // A nucleus among the top_k: sort them, weigh them in double precision, cut, draw.
+  std::sort(order, order + kept, before);
   const double inverse_temperature = 1.0 / static_cast<double>(temperature);
-  double max_logit = -std::numeric_limits<double>::infinity();
-  for (size_t i = 0; i < kept; ++i) max_logit = std::max(max_logit, static_cast<double>(logits[order[i]]));
+  const double max_logit = static_cast<double>(logits[order[0]]);
   double total = 0.0;
   double* probability = scratch.probabilities.data();
   for (size_t i = 0; i < kept; ++i) {
     probability[i] = std::exp((static_cast<double>(logits[order[i]]) - max_logit) * inverse_temperature);
     total += probability[i];
   }
-  if (nucleus) {
-    double cumulative = 0.0;
-    size_t cut = 0;
-    const double target = static_cast<double>(top_p) * total;
-    while (cut < sorted && cumulative < target) cumulative += probability[cut++];
-    if (cumulative < target && sorted < kept) {
-      // The sorted slice fell short: take the rest of the nucleus from the unsorted candidates.
-      double added = 0.0;
-      cut += ExtendNucleus(sorted, kept, target - cumulative, logits, before, max_logit, inverse_temperature, scratch,
-                           added);
-      cumulative += added;
-    }
-    kept = std::max<size_t>(cut, 1);
-    total = cumulative > 0 ? cumulative : probability[0];
-  }
-  double target = stream.Uniform() * total;
+  double cumulative = 0.0;
+  size_t cut = 0;
+  const double target = static_cast<double>(top_p) * total;
+  while (cut < kept && cumulative < target) cumulative += probability[cut++];
+  kept = std::max<size_t>(cut, 1);
+  total = cumulative > 0 ? cumulative : probability[0];
+  double draw = stream.Uniform() * total;
   for (size_t i = 0; i < kept; ++i) {
-    target -= probability[i];
-    if (target < 0) return order[i];
+    draw -= probability[i];
+    if (draw < 0) return order[i];
   }
   return order[kept - 1];
 }

@@ -27,18 +27,18 @@ float HalfToFloat(uint16_t half);
 struct SamplingScratch {
   static constexpr size_t kBuckets = 4096;
   explicit SamplingScratch(size_t vocab_size)
-      : logits(vocab_size), seen(vocab_size, 0), order(vocab_size), probabilities(vocab_size),
-        spare_order(vocab_size), spare_probabilities(vocab_size), bucket_mass(kBuckets), bucket_count(kBuckets) {}
+      : logits(vocab_size), seen(vocab_size, 0), order(vocab_size), probabilities(vocab_size), weights(vocab_size),
+        block_mass(vocab_size / 64 + 1), spare_order(vocab_size), bucket_mass(2 * kBuckets) {}
   std::vector<float> logits;
   std::vector<uint8_t> seen;
   std::vector<int32_t> order;
-  std::vector<double> probabilities;
-  // For a nucleus wider than the sorted slice: candidates are bucketed by logit so only the bucket
-  // the nucleus ends in needs sorting.
+  std::vector<double> probabilities;  // sorted candidates
+  // Many candidates: their weights, and buckets by log-probability so that only the bucket the
+  // nucleus ends in is sorted.
+  std::vector<float> weights;
+  std::vector<double> block_mass;  // sums of weights per block of 64 tokens
   std::vector<int32_t> spare_order;
-  std::vector<double> spare_probabilities;
   std::vector<double> bucket_mass;
-  std::vector<size_t> bucket_count;
 };
 
 // Copies a logits row into scratch.logits as float.
@@ -53,7 +53,8 @@ void ProcessLogits(const std::vector<int32_t>& sequence, const std::vector<int32
 // Index of the largest processed logit (lowest index on ties); -1 if every logit is -inf or NaN.
 int32_t ArgMaxProcessed(const SamplingScratch& scratch);
 // Temperature, then the top_k largest (0 = all; ties: lowest index first), softmax, then the
-// smallest prefix reaching top_p (when 0 < top_p < 1), then one draw from `stream`.
+// smallest prefix of the (logit descending, index ascending) order reaching top_p (when
+// 0 < top_p < 1), then one draw from `stream`.
 int32_t SampleProcessed(float temperature, int32_t top_k, float top_p, class RandomStream& stream,
                         SamplingScratch& scratch);
 

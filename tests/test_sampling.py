@@ -486,7 +486,7 @@ def test_top_k_ties_at_the_cut_keep_the_lowest_index():
 
 @pytest.mark.parametrize("temperature,top_k,top_p", [(5.0, 0, 0.9), (2.0, 3000, 0.7), (1.0, 0, 0.5)])
 def test_large_vocabulary_nucleus(temperature, top_k, top_p):
-    """Nuclei of more than 1024 tokens (the sampler sorts a leading slice first and widens it)."""
+    """Nuclei of more than 1024 tokens (the sampler buckets candidates and sorts only the boundary bucket)."""
     probs, margin = sample_distribution(TOPK_TIE_PROMPT, temperature, top_k, top_p, vocab=LARGE_VOCAB)
     assert margin > 1e-6
     support = int((probs > 0).sum())

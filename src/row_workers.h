@@ -1,0 +1,59 @@
+// A small persistent thread pool for per-row work of one step (token selection: logits processing,
+// sampling, guidance masks, stop-string peeks). Rows are independent, so a step's rows are shared
+// among the owner thread and the workers; each participant has its own scratch. Nothing is
+// allocated per step.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace oga {
+
+class RowWorkers {
+ public:
+  using Task = void (*)(void* context, size_t row, size_t participant);
+
+  // `participants` counts the calling thread: 1 means no worker threads.
+  explicit RowWorkers(size_t participants);
+  ~RowWorkers();
+  RowWorkers(const RowWorkers&) = delete;
+  RowWorkers& operator=(const RowWorkers&) = delete;
+
+  size_t participants() const { return workers_.size() + 1; }
+  // Runs task(context, row, participant) for every row in [0, rows) and returns when all are done.
+  // If tasks throw, the exception of the lowest row is rethrown (so the outcome does not depend on
+  // which thread ran what).
+  void Run(size_t rows, Task task, void* context);
+
+  // Participants for an engine: OGA_SAMPLER_THREADS when set (1 = no worker threads), else the
+  // hardware threads, at most 8.
+  static size_t DefaultParticipants();
+
+ private:
+  void Work(size_t participant);
+  void Drain(size_t participant);
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable start_;
+  std::condition_variable done_;
+  uint64_t generation_ = 0;  // guarded by mutex_
+  size_t busy_ = 0;          // workers still in the current generation; guarded by mutex_
+  bool stopping_ = false;    // guarded by mutex_
+
+  // The current job (written before the generation is published).
+  Task task_ = nullptr;
+  void* context_ = nullptr;
+  size_t rows_ = 0;
+  std::atomic<size_t> next_row_{0};
+  std::vector<std::exception_ptr> errors_;  // per participant: its first failure
+  std::vector<size_t> error_rows_;
+};
+
+}  // namespace oga
