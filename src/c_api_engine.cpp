@@ -225,13 +225,12 @@ OgaResult* OGA_API_CALL OgaRequestCancelTurn(OgaRequest* request, uint64_t turn_
   });
 }
 
-OgaResult* OGA_API_CALL OgaRequestRewindToStartOfTurn(OgaRequest* request, uint64_t /*turn_id*/) {
+OgaResult* OGA_API_CALL OgaRequestRewindToStartOfTurn(OgaRequest* request, uint64_t turn_id) {
   return Guard([&] {
     RequireNotNull(request, "request must not be null.");
     oga::Request& core = *request->request;
     if (core.closed()) throw ApiError("Cannot rewind a closed request.");
-    EngineOf(core).CheckOwnerThread();
-    throw ApiError("Request rewind (OgaRequestRewindToStartOfTurn) is not supported yet by oga.");
+    EngineOf(core).RewindToStartOfTurn(core, turn_id);
   });
 }
 

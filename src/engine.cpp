@@ -357,11 +357,13 @@ uint64_t Engine::BeginTurn(Request& request, const OgaTurnOptions* options, cons
   // Room for the input and the first generated token; StageResults grows it (fallibly, before
   // commit) so publication never allocates.
   request.tokens.reserve(current + count + 1);
+  request.turn_starts.reserve(request.turn_starts.size() + 1);
   const bool enqueue = !request.resident() && !request.waiting;
   if (enqueue) ReserveWaitingSlot();
 
   request.tokens.insert(request.tokens.end(), input_ids, input_ids + count);
   request.turn_id += 1;
+  request.turn_starts.emplace_back(request.turn_id, current);
   request.turn_prompt_tokens = count;
   request.turn_generated_tokens = 0;
   request.finish_reason = OgaFinishReason_None;
@@ -380,6 +382,46 @@ bool Engine::CancelTurn(Request& request, uint64_t turn_id) {
   RemoveWaiting(request);
   PublishTerminal(request, OgaFinishReason_Cancelled, OgaErrorCode_None);
   return true;
+}
+
+void Engine::RewindToStartOfTurn(Request& request, uint64_t turn_id) {
+  CheckOwnerThread();
+  ReclaimAbandoned();
+  if (request.closed()) throw ApiError("Cannot rewind a closed request.");
+  if (request.status != RequestStatus::TurnComplete) {
+    throw ApiError("Request rewind is only valid after the current turn is complete.");
+  }
+  if (request.retained_events > 0) {
+    throw ApiError(
+        "Cannot rewind a request while an Engine event is pending; call Engine::Run() to drain the event before "
+        "rewinding.");
+  }
+  if (request.finish_reason == OgaFinishReason_Failed) throw ApiError("Cannot rewind a Request whose current turn failed.");
+  auto start = std::find_if(request.turn_starts.begin(), request.turn_starts.end(),
+                            [turn_id](const std::pair<uint64_t, size_t>& entry) { return entry.first == turn_id; });
+  if (turn_id == 0 || start == request.turn_starts.end()) {
+    throw ApiError("Cannot rewind to unknown Turn ID " + std::to_string(turn_id) + ".");
+  }
+  if (request.processed > 0 && !request.resident()) {
+    throw ApiError("Cannot rewind a request whose model state is no longer resident.");
+  }
+  if (static_batching() && request.static_row >= 0 && static_scheduler_->rows().size() != 1) {
+    throw ApiError(
+        "Static Engine Request rewind requires exactly one resident Request because a row cannot be released "
+        "independently from its shared contiguous cache allocation.");
+  }
+  // No allocation from here on: shrinking keeps capacity.
+  const size_t boundary = start->second;
+  request.tokens.resize(boundary);
+  request.processed = std::min(request.processed, boundary);
+  request.turn_starts.erase(start, request.turn_starts.end());
+  if (static_batching()) {
+    for (StaticRow& row : static_scheduler_->rows()) {
+      if (row.request.get() == &request) row.processed = request.processed;
+    }
+  } else {
+    cache_.Truncate(request, request.processed);
+  }
 }
 
 void Engine::ReserveWaitingSlot() {

@@ -64,6 +64,8 @@ class Engine {
   std::shared_ptr<Request> CreateRequest(const OgaRequestOptions* options, const SearchConfig& search);
   uint64_t BeginTurn(Request& request, const OgaTurnOptions* options, const int32_t* input_ids, uint64_t count);
   bool CancelTurn(Request& request, uint64_t turn_id);
+  // Truncates the request back to where turn `turn_id` began (reference C.11).
+  void RewindToStartOfTurn(Request& request, uint64_t turn_id);
   void Close(Request& request);
   void Run(OgaEngineEventBuffer& buffer);
   bool HasPendingRequests();

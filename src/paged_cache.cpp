@@ -122,4 +122,15 @@ void PagedKeyValueCache::Release(Request& request) {
   request.cache_slot = -1;
 }
 
+void PagedKeyValueCache::Truncate(Request& request, size_t slots) {
+  if (request.cache_slot < 0) return;
+  BlockTable& table = tables_[static_cast<size_t>(request.cache_slot)];
+  const size_t keep = BlocksFor(slots);
+  while (table.blocks.size() > keep) {
+    pool_.Give(table.blocks.back());
+    table.blocks.pop_back();
+  }
+  table.committed_slots = std::min(table.committed_slots, slots);
+}
+
 }  // namespace oga

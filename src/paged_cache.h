@@ -51,6 +51,9 @@ class PagedKeyValueCache {
   void Discard();
   // Releases everything `request` owns (close, abandonment, unserviceable).
   void Release(Request& request);
+  // Keeps the first `slots` committed slots of `request` and returns the blocks past them (rewind).
+  // Only between steps.
+  void Truncate(Request& request, size_t slots);
 
   // For the invariant checker.
   const BlockPool& pool() const { return pool_; }

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "guidance.h"
@@ -53,6 +54,8 @@ class Request : public std::enable_shared_from_this<Request> {
   size_t processed = 0;
 
   uint64_t turn_id = 0;  // current turn; 0 = none yet
+  // Where each retained turn began (its id, the sequence length before its input): rewind targets.
+  std::vector<std::pair<uint64_t, size_t>> turn_starts;
   uint64_t turn_prompt_tokens = 0;
   uint64_t turn_generated_tokens = 0;
   OgaFinishReason finish_reason = OgaFinishReason_None;

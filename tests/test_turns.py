@@ -10,7 +10,6 @@ from helpers import (
     make_engine, per_request, prompt_without_eos, turn_options,
 )
 
-NOT_SUPPORTED = "not supported yet"
 
 
 def _session_msg(count, length, cap):
@@ -248,23 +247,6 @@ def test_cleared_seed_and_guidance_are_accepted(engine):
     t.clear_guidance()
     assert r.begin_turn([5, 9, 13], t) == 1
     drive(engine)
-
-
-def test_rewind_is_rejected_until_supported(engine):
-    r = engine.create_request()
-    oracle = OracleSequence()
-    r.begin_turn([5, 9, 13], turn_options(r, max_gen=2))
-    drive(engine)
-    oracle.turn([5, 9, 13], max_gen=2)
-    with pytest.raises(RuntimeError) as info:
-        r.rewind_to_start_of_turn(1)
-    assert NOT_SUPPORTED in str(info.value)
-    ogt.check_invariants(engine)
-    # Nothing changed: the continuation still sees the whole first turn.
-    assert r.begin_turn([4], turn_options(r, max_gen=2)) == 2
-    evs = drive(engine)
-    toks, reason = oracle.turn([4], max_gen=2)
-    assert [key(e) for e in evs] == expected_turn_events(2, 1, toks, reason)
 
 
 def test_draft_tokens_are_rejected(engine, buffer):

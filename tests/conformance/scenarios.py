@@ -464,15 +464,11 @@ sc("do_sample_under_model_greedy_default",
     turn_options("o2", "r1", do_sample=True, top_k=4, temperature=0.8, max_generated_tokens=1),
     begin("r1", P_LONG, opts="o2", label="sampling admitted"), pending(engine="e4")],
    expect=raises("do_sample=true"))
-sc("rewind_not_supported_yet",
+sc("rewind_to_the_first_turn",
+   # rewinding turn 1 empties the sequence: the next turn generates as a fresh request would
    [create("r1"), begin("r1", P_LONG, max_gen=2), drain(64), begin("r1", [5], max_gen=2), drain(64),
     py(ref("req", "r1"), "rewind_to_start_of_turn", 1, label="rewind"),
-    begin("r1", P_EOS, max_gen=8, label="after rewind"), drain(64, label="drain after rewind")], backends=PY,
-   differences={
-       "rewind": Difference(NOT_YET, "rewind_to_start_of_turn is rejected until a later issue"),
-       "drain after rewind": Difference(NOT_YET, "0.18 generates from the rewound (empty) sequence, oga from the "
-                                                 "whole history"),
-   })
+    begin("r1", P_EOS, max_gen=8, label="after rewind"), drain(64, label="drain after rewind")], backends=PY)
 
 # ---------------------------------------------------------------------------------------------
 # C ABI only: NULL arguments, direct returns, zeroed outputs
