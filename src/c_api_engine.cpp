@@ -144,7 +144,7 @@ OgaResult* OGA_API_CALL OgaEngineMaxDraftTokensPerProposal(const OgaEngine* engi
     RequireNotNull(engine, "engine must not be null.");
     RequireNotNull(out, "out must not be null.");
     EngineOf(engine).CheckOwnerThread();
-    *out = 0;  // caller-supplied drafts land with the paged-cache features
+    *out = EngineOf(engine).max_draft_tokens();
   });
 }
 
@@ -251,7 +251,9 @@ OgaResult* OGA_API_CALL OgaRequestSetDraftTokens(OgaRequest* request, const OgaS
     if (core.closed()) throw ApiError(oga::kClosedRequestMessage);
     EngineOf(core).CheckOwnerThread();
     if (tokens->sequences.size() > 1) throw ApiError("Request draft tokens must contain at most one sequence.");
-    throw ApiError("This engine does not support speculative draft verification.");
+    const std::vector<int32_t>* sequence = tokens->sequences.empty() ? nullptr : &tokens->sequences[0];
+    EngineOf(core).SetDraftTokens(core, sequence != nullptr ? sequence->data() : nullptr,
+                                  sequence != nullptr ? sequence->size() : 0);
   });
 }
 

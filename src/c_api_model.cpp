@@ -525,7 +525,27 @@ OgaResult* OGA_API_CALL OgaEngineGetSpeculativeStats(const OgaEngine* engine, Og
     RequireNotNull(engine, "engine must not be null.");
     RequireNotNull(out, "out must not be null.");
     engine->engine->CheckOwnerThread();
-    *out = new OgaSpeculativeStats();
+    const oga::SpeculativeCounters& c = engine->engine->speculative_counters();
+    auto stats = std::make_unique<OgaSpeculativeStats>();
+    stats->counts = {{"rounds", c.rounds},
+                     {"completed_rounds", c.rounds},
+                     {"draft_tokens_proposed", c.draft_tokens_proposed},
+                     {"draft_tokens_evaluated", c.draft_tokens_evaluated},
+                     {"draft_tokens_accepted", c.draft_tokens_accepted},
+                     {"correction_tokens", c.correction_tokens},
+                     {"bonus_tokens", c.bonus_tokens},
+                     {"tokens_emitted", c.tokens_emitted},
+                     {"target_forward_passes", c.target_forward_passes},
+                     {"target_verify_forward_passes", c.target_forward_passes},
+                     {"full_accept_rounds", c.full_accept_rounds},
+                     {"partial_accept_rounds", c.partial_accept_rounds},
+                     {"zero_accept_rounds", c.zero_accept_rounds}};
+    auto ratio = [](uint64_t a, uint64_t b) { return b == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(b); };
+    stats->numbers = {{"acceptance_rate", ratio(c.draft_tokens_accepted, c.draft_tokens_evaluated)},
+                      {"avg_draft_tokens_per_round", ratio(c.draft_tokens_evaluated, c.rounds)},
+                      {"mean_emitted_tokens_per_round", ratio(c.tokens_emitted, c.rounds)}};
+    stats->acceptance_length_histogram.assign(c.acceptance_length_histogram.begin(), c.acceptance_length_histogram.end());
+    *out = stats.release();
   });
 }
 
@@ -538,7 +558,8 @@ OgaResult* OGA_API_CALL OgaSpeculativeStatsGetCount(const OgaSpeculativeStats* s
     if (!Contains(kSpeculativeCountNames, name)) {
       throw ApiError(std::string(name) + " is an invalid name for OgaSpeculativeStatsGetCount.");
     }
-    *value = 0;
+    const auto found = stats->counts.find(name);
+    *value = found != stats->counts.end() ? found->second : 0;
   });
 }
 
@@ -549,7 +570,8 @@ OgaResult* OGA_API_CALL OgaSpeculativeStatsGetNumber(const OgaSpeculativeStats* 
     if (!Contains(kSpeculativeNumberNames, name)) {
       throw ApiError(std::string(name) + " is an invalid name for OgaSpeculativeStatsGetNumber.");
     }
-    *value = 0.0;
+    const auto found = stats->numbers.find(name);
+    *value = found != stats->numbers.end() ? found->second : 0.0;
   });
 }
 

@@ -121,6 +121,10 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   const size_t table_columns = static_cast<size_t>((max_request_length + block_size - 1) / block_size);
   const size_t executor_columns = model->executor().max_block_table_columns;
   limits.max_block_table_columns = executor_columns > 0 ? std::min(table_columns, executor_columns) : table_columns;
+  // Drafts need one logits row per packed token, and room for them beside the mandatory token.
+  if (model->executor().per_token_logits != 0 && limits.max_scheduled_tokens > 1) {
+    limits.max_draft_tokens = std::min(kMaxDraftTokens, limits.max_scheduled_tokens - 1);
+  }
 
   std::shared_ptr<Engine> engine(new Engine(std::move(model), limits, static_cast<size_t>(block_size),
                                             static_cast<size_t>(num_blocks), max_request_length));
@@ -190,6 +194,7 @@ Engine::Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size
   select_requests_.resize(limits.max_batch_size);
   select_logits_rows_.resize(limits.max_batch_size);
   select_staged_.resize(limits.max_batch_size);
+  select_rows_.resize(limits.max_batch_size);
   plan_.rows.reserve(limits.max_batch_size);
   plan_.unserviceable.reserve(limits.max_batch_size);
   staged_.resize(limits.max_batch_size);
@@ -346,7 +351,7 @@ uint64_t Engine::BeginTurn(Request& request, const OgaTurnOptions* options, cons
   std::unique_ptr<GuidanceCursor> guidance;
   if (options != nullptr && !options->values.stop_strings.empty()) {
     stop.Reset(options->values.stop_strings, model_->token_table());
-    for (std::string& scratch : stop_scratches_) scratch.reserve(stop.scratch_capacity());
+    for (std::string& scratch : stop_scratches_) scratch.reserve(stop.scratch_capacity(kMaxTokensPerStep));
   }
   if (options != nullptr && !options->values.guidance_type.empty()) {
     guidance = std::make_unique<GuidanceCursor>(model_->guidance_tokenizer(), options->values.guidance_type,
@@ -382,6 +387,63 @@ bool Engine::CancelTurn(Request& request, uint64_t turn_id) {
   RemoveWaiting(request);
   PublishTerminal(request, OgaFinishReason_Cancelled, OgaErrorCode_None);
   return true;
+}
+
+void Engine::SetDraftTokens(Request& request, const int32_t* tokens, size_t count) {
+  CheckOwnerThread();
+  ReclaimAbandoned();
+  if (request.closed()) throw ApiError(kClosedRequestMessage);
+  if (max_draft_tokens() == 0) throw ApiError("This engine does not support speculative draft verification.");
+  if (in_step_) throw ApiError("Cannot replace draft tokens while a step is in flight.");
+  if (count == 0) {
+    request.draft_tokens.clear();
+    return;
+  }
+  if (request.status != RequestStatus::Active) {
+    throw ApiError("Speculative draft tokens may only be proposed when the request is ready to decode.");
+  }
+  if (count > max_draft_tokens()) {
+    throw ApiError("A step accepts at most " + std::to_string(max_draft_tokens()) + " draft tokens.");
+  }
+  const TurnPolicy& policy = request.policy;
+  if (request.guidance) throw ApiError("Speculative draft tokens are not supported with guidance.");
+  if (policy.repetition_penalty != 1.0f || policy.no_repeat_ngram_size != 0 ||
+      request.turn_generated_tokens < policy.min_generated_tokens) {
+    throw ApiError(
+        "Speculative draft tokens require repetition_penalty 1, no_repeat_ngram_size 0, and a turn already past its "
+        "minimum generated token count.");
+  }
+  if (!policy.greedy) {
+    if (policy.top_k <= 0) throw ApiError("Sampled speculative draft tokens require a positive top_k.");
+    throw ApiError(
+        "Speculative draft verification of sampled turns is not supported yet by oga; verify drafts on greedy turns.");
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if (tokens[i] < 0 || static_cast<size_t>(tokens[i]) >= vocab_size_) {
+      throw ApiError("draft_tokens[" + std::to_string(i) + "] (" + std::to_string(tokens[i]) +
+                     ") is outside the model's vocabulary [0, " + std::to_string(vocab_size_) + ").");
+    }
+  }
+  if (request.draft_tokens.capacity() < kMaxDraftTokens) request.draft_tokens.reserve(kMaxDraftTokens);
+  request.draft_tokens.assign(tokens, tokens + count);  // within capacity: cannot fail now
+  speculative_.draft_tokens_proposed += count;
+}
+
+void Engine::CountVerification(const RequestStepPlan& row, const StagedResult& staged) {
+  SpeculativeCounters& s = speculative_;
+  ++s.rounds;
+  s.draft_tokens_evaluated += row.draft_count;
+  s.draft_tokens_accepted += row.accepted_drafts;
+  s.tokens_emitted += staged.count;
+  // The token after the accepted drafts: a bonus when every draft held, else a correction (none
+  // when the turn ended on an accepted draft or on EOS).
+  if (staged.count > row.accepted_drafts) {
+    ++(row.accepted_drafts == row.draft_count ? s.bonus_tokens : s.correction_tokens);
+  }
+  ++(row.accepted_drafts == row.draft_count ? s.full_accept_rounds
+     : row.accepted_drafts == 0             ? s.zero_accept_rounds
+                                            : s.partial_accept_rounds);
+  ++s.acceptance_length_histogram[std::min<size_t>(row.accepted_drafts, s.acceptance_length_histogram.size() - 1)];
 }
 
 void Engine::RewindToStartOfTurn(Request& request, uint64_t turn_id) {
@@ -511,6 +573,11 @@ void Engine::Deliver(OgaEngineEventBuffer& buffer) {
 }
 
 void Engine::Step() {
+  struct InStep {
+    bool& flag;
+    explicit InStep(bool& f) : flag(f) { flag = true; }
+    ~InStep() { flag = false; }
+  } in_step(in_step_);
   if (static_batching()) {
     StepStatic();
     return;
@@ -703,22 +770,28 @@ Engine::StagedResult Engine::SelectToken(Request& request, const LogitsRow& logi
       if (token < 0) throw RetryableStepError("every logit of a row is NaN");
     }
   }
-  staged.token = token;
   if (std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) {
     staged.finish_reason = OgaFinishReason_Eos;  // EOS is neither appended nor emitted
     return staged;
   }
-  staged.appended = true;
-  if (request.tokens.size() == request.tokens.capacity()) {
+  staged.tokens[staged.count++] = token;
+  StageTurnEnd(request, staged, participant);
+  return staged;
+}
+
+bool Engine::StageTurnEnd(Request& request, StagedResult& staged, size_t participant) {
+  if (request.tokens.size() + staged.count > request.tokens.capacity()) {
     // Grow geometrically (before publication, where allocation may still fail safely) so a
     // request reallocates O(log length) times over its life.
     request.tokens.reserve(std::min<size_t>(std::max<size_t>(request.tokens.size() * 2, 64),
                                             static_cast<size_t>(request.max_session_tokens)));
   }
-  const uint64_t generated = request.turn_generated_tokens + 1;
-  const uint64_t length = request.tokens.size() + 1;
+  const uint64_t generated = request.turn_generated_tokens + staged.count;
+  const uint64_t length = request.tokens.size() + staged.count;
   // Precedence for one token: StopString > MaxGeneratedTokens > MaxSessionTokens.
-  if (request.stop.enabled()) staged.matched_stop_string = request.stop.Peek(token, stop_scratches_[participant]);
+  if (request.stop.enabled()) {
+    staged.matched_stop_string = request.stop.Peek(staged.tokens.data(), staged.count, stop_scratches_[participant]);
+  }
   if (staged.matched_stop_string >= 0) {
     staged.finish_reason = OgaFinishReason_StopString;
   } else if (request.policy.max_generated_tokens != 0 && generated >= request.policy.max_generated_tokens) {
@@ -726,6 +799,30 @@ Engine::StagedResult Engine::SelectToken(Request& request, const LogitsRow& logi
   } else if (length >= request.max_session_tokens) {
     staged.finish_reason = OgaFinishReason_MaxSessionTokens;
   }
+  return staged.finish_reason != OgaFinishReason_None;
+}
+
+Engine::StagedResult Engine::VerifyDrafts(Request& request, const RequestStepPlan& row,
+                                          const OgaExtStepOutputs& outputs, size_t participant) {
+  // Admission rules (SetDraftTokens) keep this row greedy and free of logits processors, guidance
+  // and the EOS floor, so the target token of each position is its top raw logit.
+  StagedResult staged;
+  size_t accepted = 0;
+  for (size_t i = 0; i <= row.draft_count; ++i) {
+    const int32_t target = SelectGreedy(LogitsRowAt(outputs, row.logits_index + i), vocab_size_, eos_ids_, false);
+    if (target < 0) throw RetryableStepError("every logit of a row is NaN");
+    if (std::find(eos_ids_.begin(), eos_ids_.end(), target) != eos_ids_.end()) {
+      staged.finish_reason = OgaFinishReason_Eos;  // after the accepted drafts, in their last event
+      break;
+    }
+    staged.tokens[staged.count++] = target;
+    // A turn that ends on an accepted draft keeps it as its pending (unprocessed) token, as a
+    // turn's last token always is; later drafts are discarded.
+    if (StageTurnEnd(request, staged, participant)) break;
+    if (i == row.draft_count || target != request.draft_tokens[i]) break;  // bonus, or correction
+    ++accepted;
+  }
+  plan_.rows[static_cast<size_t>(&row - plan_.rows.data())].accepted_drafts = accepted;
   return staged;
 }
 
@@ -738,31 +835,40 @@ void Engine::PublishToken(Request& request, const StagedResult& staged) {
     PublishTerminal(request, OgaFinishReason_Failed, OgaErrorCode_RequestUnserviceable);
     return;
   }
-  if (staged.appended) {
-    request.tokens.push_back(staged.token);  // capacity ensured by SelectToken
-    ++request.turn_generated_tokens;
-    if (request.stop.enabled()) request.stop.Advance(staged.token);
-    if (request.guidance) request.guidance->Consume(staged.token);
-  }
   const bool finished = staged.finish_reason != OgaFinishReason_None;
+  for (size_t i = 0; i < staged.count; ++i) {
+    const int32_t token = staged.tokens[i];
+    request.tokens.push_back(token);  // capacity ensured by StageTurnEnd
+    ++request.turn_generated_tokens;
+    if (request.stop.enabled()) request.stop.Advance(token);
+    if (request.guidance) request.guidance->Consume(token);
+  }
   if (finished) EndTurnText(request);
   request.status = finished ? RequestStatus::TurnComplete : RequestStatus::Active;
   request.finish_reason = staged.finish_reason;
-  if (!staged.appended && !finished) return;
-  EngineEvent event;
-  event.request = request.shared_from_this();
-  event.flags = (staged.appended ? OgaEngineEventFlag_Token : 0u) | (finished ? OgaEngineEventFlag_TurnFinished : 0u);
-  event.turn_id = request.turn_id;
-  event.token = staged.appended ? staged.token : 0;
-  event.finish_reason = staged.finish_reason;
-  event.matched_stop_string_index = staged.matched_stop_string;
-  if (finished) event.usage = UsageOf(request);
-  pending_.Push(std::move(event));
+  // One event per token; the last one carries the turn's end. EOS alone ends it in its own event.
+  const size_t events = std::max<size_t>(staged.count, finished ? 1 : 0);
+  for (size_t i = 0; i < events; ++i) {
+    const bool last = i + 1 == events;
+    const bool token = i < staged.count;
+    EngineEvent event;
+    event.request = request.shared_from_this();
+    event.flags = (token ? OgaEngineEventFlag_Token : 0u) | (last && finished ? OgaEngineEventFlag_TurnFinished : 0u);
+    event.turn_id = request.turn_id;
+    event.token = token ? staged.tokens[i] : 0;
+    if (last && finished) {
+      event.finish_reason = staged.finish_reason;
+      event.matched_stop_string_index = staged.matched_stop_string;
+      event.usage = UsageOf(request);
+    }
+    pending_.Push(std::move(event));
+  }
 }
 
 void Engine::EndTurnText(Request& request) noexcept {
   request.stop.Clear();
   request.guidance.reset();
+  request.draft_tokens.clear();  // any terminal boundary discards a pending proposal
 }
 
 void Engine::StageResults(const OgaExtStepOutputs& outputs) {
@@ -775,6 +881,7 @@ void Engine::StageResults(const OgaExtStepOutputs& outputs) {
     select_requests_[count] = row.request;
     select_logits_rows_[count] = per_token ? row.logits_index : r;
     select_staged_[count] = &staged_[r];
+    select_rows_[count] = &row;
     ++count;
   }
   SelectTokens(count, outputs);
@@ -786,6 +893,12 @@ void Engine::SelectTokens(size_t count, const OgaExtStepOutputs& outputs) {
       count,
       [](void* context, size_t i, size_t participant) {
         Engine& engine = *static_cast<Engine*>(context);
+        const RequestStepPlan* row = engine.select_rows_[i];
+        if (row != nullptr && row->draft_count > 0) {
+          *engine.select_staged_[i] =
+              engine.VerifyDrafts(*engine.select_requests_[i], *row, *engine.select_outputs_, participant);
+          return;
+        }
         const LogitsRow logits = engine.LogitsRowAt(*engine.select_outputs_, engine.select_logits_rows_[i]);
         *engine.select_staged_[i] = engine.SelectToken(*engine.select_requests_[i], logits, participant);
       },
@@ -797,9 +910,17 @@ void Engine::PublishCommit() {
   scheduler_.CommitAdmissions(plan_);
   for (size_t r = 0; r < plan_.rows.size(); ++r) {
     const RequestStepPlan& row = plan_.rows[r];
-    row.request->processed = row.processed_before + row.token_count;
+    row.request->processed = row.processed_before + row.committed_tokens();
+    if (row.samples && !row.prefill) row.request->draft_tokens.clear();  // a committed decode consumes its proposal
+    if (row.draft_count > 0) CountVerification(row, staged_[r]);
     if (row.samples) PublishToken(*row.request, staged_[r]);
     if (row.samples && staged_[r].finish_reason == OgaFinishReason_Failed) failed_rows_.push_back(row.request);
+  }
+  for (const RequestStepPlan& row : plan_.rows) {
+    if (row.draft_count > 0) {
+      ++speculative_.target_forward_passes;
+      break;
+    }
   }
   // A turn that failed in this step cannot continue: its cache goes back to the pool now.
   for (Request* request : failed_rows_) {
@@ -946,6 +1067,7 @@ void Engine::StepStatic() {
       select_requests_[count] = &request;
       select_logits_rows_[count] = r;
       select_staged_[count] = &static_staged_[r];
+      select_rows_[count] = nullptr;
       ++count;
     }
     SelectTokens(count, outputs);

@@ -7,6 +7,7 @@
 // reservation and the staged results. Publication is fail-stop: any failure there poisons the engine.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -33,6 +34,26 @@ struct OgaRequestOptions {
 };
 
 namespace oga {
+
+// At most this many tokens reach one request in one committed step (1 + kMaxDraftTokens).
+constexpr size_t kMaxDraftTokens = 7;
+constexpr size_t kMaxTokensPerStep = kMaxDraftTokens + 1;
+
+// Caller-supplied draft verification telemetry (og.Engine.get_speculative_stats()).
+struct SpeculativeCounters {
+  uint64_t rounds = 0;                  // rows that verified at least one draft
+  uint64_t draft_tokens_proposed = 0;   // proposals' tokens, counted when set
+  uint64_t draft_tokens_evaluated = 0;  // drafts scheduled into a committed step
+  uint64_t draft_tokens_accepted = 0;
+  uint64_t correction_tokens = 0;       // a draft rejected: the target's token replaces it
+  uint64_t bonus_tokens = 0;            // every draft accepted: the token after them
+  uint64_t tokens_emitted = 0;          // tokens published by verifying rows
+  uint64_t target_forward_passes = 0;   // committed model runs that verified drafts
+  uint64_t full_accept_rounds = 0;
+  uint64_t partial_accept_rounds = 0;
+  uint64_t zero_accept_rounds = 0;
+  std::array<uint64_t, 8> acceptance_length_histogram{};  // rounds by accepted drafts (0..7)
+};
 
 struct EngineCounters {
   uint64_t model_runs = 0;
@@ -64,6 +85,11 @@ class Engine {
   std::shared_ptr<Request> CreateRequest(const OgaRequestOptions* options, const SearchConfig& search);
   uint64_t BeginTurn(Request& request, const OgaTurnOptions* options, const int32_t* input_ids, uint64_t count);
   bool CancelTurn(Request& request, uint64_t turn_id);
+  // Replaces the request's pending draft proposal (reference C.17); empty clears.
+  void SetDraftTokens(Request& request, const int32_t* tokens, size_t count);
+  // Drafts one proposal may hold; 0 when the executor cannot verify drafts.
+  size_t max_draft_tokens() const { return static_batching() ? 0 : limits_.max_draft_tokens; }
+  const SpeculativeCounters& speculative_counters() const { return speculative_; }
   // Truncates the request back to where turn `turn_id` began (reference C.11).
   void RewindToStartOfTurn(Request& request, uint64_t turn_id);
   void Close(Request& request);
@@ -89,9 +115,11 @@ class Engine {
   void SetLastTurnIdForTesting(Request& request, uint64_t turn_id);
 
  private:
+  // One row's selected tokens: one normally, up to kMaxTokensPerStep when drafts were verified
+  // (accepted drafts, then the correction or bonus token). EOS is never among them.
   struct StagedResult {
-    int32_t token = -1;
-    bool appended = false;
+    std::array<int32_t, kMaxTokensPerStep> tokens{};
+    size_t count = 0;
     OgaFinishReason finish_reason = OgaFinishReason_None;
     bool drew = false;    // the row sampled: `stream` is the request's advanced random stream
     RandomStream stream;
@@ -128,8 +156,15 @@ class Engine {
   void SelectTokens(size_t count, const OgaExtStepOutputs& outputs);
   // Appends the staged token, ends the turn when staged so, and queues the row's event.
   void PublishToken(Request& request, const StagedResult& staged);
-  // The turn's stop strings and grammar are done with: frees the matcher and the grammar cursor.
+  // The turn's stop strings, grammar and draft proposal are done with.
   static void EndTurnText(Request& request) noexcept;
+  // Greedy verification of a row's scheduled drafts against its per-token logits rows.
+  StagedResult VerifyDrafts(Request& request, const RequestStepPlan& row, const OgaExtStepOutputs& outputs,
+                            size_t participant);
+  // Turn-end staging shared by SelectToken and VerifyDrafts: whether appending `staged`'s last
+  // token ends the turn (stop string, then the turn's cap, then the session's).
+  bool StageTurnEnd(Request& request, StagedResult& staged, size_t participant);
+  void CountVerification(const RequestStepPlan& row, const StagedResult& staged);
   void Rollback();
   void FailUnserviceable(Request& request);
   void PushEngineEvent(OgaEngineEventFlags flags, OgaErrorCode code);
@@ -172,8 +207,12 @@ class Engine {
   std::vector<Request*> select_requests_;
   std::vector<size_t> select_logits_rows_;
   std::vector<StagedResult*> select_staged_;
+  std::vector<const RequestStepPlan*> select_rows_;  // the plan row, or null on the static path
   const OgaExtStepOutputs* select_outputs_ = nullptr;
   std::vector<Request*> failed_rows_;  // rows whose turn failed in this step (poisoned grammar)
+
+  SpeculativeCounters speculative_;
+  bool in_step_ = false;  // a transaction is running (executor callbacks may call back in)
 
   bool unhealthy_ = false;
   std::string fatal_message_;

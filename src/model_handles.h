@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,10 @@ struct OgaEngineCapabilities {
 
 // Cumulative speculative telemetry. Nothing speculative runs yet, so every value is zero; the key
 // set is 0.18's so callers can read any key.
+// A snapshot of the engine's caller-supplied draft telemetry; names without an oga counter
+// (drafter, adaptive-k, n-gram and timing statistics of engine-hosted proposers) read 0.
 struct OgaSpeculativeStats {
+  std::map<std::string, uint64_t> counts;
+  std::map<std::string, double> numbers;
   std::vector<uint64_t> acceptance_length_histogram = std::vector<uint64_t>(8, 0);
 };

@@ -74,12 +74,19 @@ void PagedKeyValueCache::ValidateCommit(const StepPlan& plan) const {
       throw ContractError("a resident block table changed since planning");
     }
     const size_t blocks_after = (table ? table->blocks.size() : 0) + reserved;
-    const size_t committed_after = row.processed_before + row.token_count;
-    if (blocks_after != row.blocks_after || blocks_after > max_columns_ || blocks_after * block_size_ < committed_after) {
+    const size_t committed_after = row.processed_before + row.committed_tokens();
+    if (blocks_after != row.blocks_after || blocks_after > max_columns_ ||
+        KeptBlocks(row, table ? table->blocks.size() : 0) * block_size_ < committed_after ||
+        row.accepted_drafts > row.draft_count) {
       throw ContractError("a block table cannot hold its committed slots after the step");
     }
   }
   if (new_tables > free_tables_.size()) throw ContractError("more admissions than free block tables");
+}
+
+size_t PagedKeyValueCache::KeptBlocks(const RequestStepPlan& row, size_t owned) const {
+  if (row.draft_count == 0) return row.blocks_after;  // prefills keep their whole-prompt reservation
+  return std::max(owned, BlocksFor(row.processed_before + row.committed_tokens()));
 }
 
 void PagedKeyValueCache::Commit(const StepPlan& plan) {
@@ -95,8 +102,16 @@ void PagedKeyValueCache::Commit(const StepPlan& plan) {
       table.blocks.clear();
     }
     BlockTable& table = tables_[static_cast<size_t>(request.cache_slot)];
-    for (size_t i = reserved_begin_[r]; i < reserved_begin_[r + 1]; ++i) table.blocks.push_back(reserved_[i]);
-    table.committed_slots = row.processed_before + row.token_count;
+    // A verified row keeps blocks for the accepted prefix only; the rest go back to the pool.
+    const size_t keep = KeptBlocks(row, table.blocks.size());
+    for (size_t i = reserved_begin_[r]; i < reserved_begin_[r + 1]; ++i) {
+      if (table.blocks.size() < keep) {
+        table.blocks.push_back(reserved_[i]);
+      } else {
+        pool_.Give(reserved_[i]);
+      }
+    }
+    table.committed_slots = row.processed_before + row.committed_tokens();
   }
   reserved_.clear();
   reserved_begin_.clear();

@@ -61,6 +61,9 @@ class PagedKeyValueCache {
   const std::vector<int32_t>& reserved_blocks() const { return reserved_; }
 
  private:
+  // Blocks `row`'s table keeps at commit (owning `owned` before the step).
+  size_t KeptBlocks(const RequestStepPlan& row, size_t owned) const;
+
   size_t block_size_;
   size_t max_columns_;
   BlockPool pool_;

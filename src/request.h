@@ -65,6 +65,9 @@ class Request : public std::enable_shared_from_this<Request> {
   // released when the turn ends.
   StopStringMatcher stop;
   std::unique_ptr<GuidanceCursor> guidance;
+  // The caller's pending speculative proposal for its next decode (reference C.17): consumed by a
+  // committed decode, kept by a rollback, discarded when the turn ends.
+  std::vector<int32_t> draft_tokens;
 
   // Scheduler and cache membership.
   bool waiting = false;          // in the scheduler's admission queue

@@ -70,6 +70,7 @@ void DynamicBatchScheduler::PlanStep(StepPlan& plan) const {
     plan.outcome = any_candidate ? StepOutcome::CapacityDeferred : StepOutcome::NoWork;
     return;
   }
+  ScheduleDrafts(budget, plan);
   ExpandPrefills(plan);
   AssignPackedLayout(plan);
   plan.outcome = StepOutcome::Executable;
@@ -119,8 +120,42 @@ bool DynamicBatchScheduler::Consider(Request& request, bool newly_admitted, bool
   return true;
 }
 
+void DynamicBatchScheduler::ScheduleDrafts(Budget& budget, StepPlan& plan) const {
+  if (limits_.max_draft_tokens == 0) return;
+  const size_t block_size = cache_.block_size();
+  for (RequestStepPlan& row : plan.rows) {
+    const Request& request = *row.request;
+    if (row.prefill || request.draft_tokens.empty() || budget.tokens >= limits_.max_scheduled_tokens) continue;
+    size_t drafts = std::min(request.draft_tokens.size(), limits_.max_draft_tokens);
+    drafts = std::min(drafts, limits_.max_scheduled_tokens - budget.tokens);
+    // Tokens past the session or the turn's cap would be discarded: do not verify them.
+    const size_t length = request.tokens.size();  // the pending token included
+    drafts = std::min(drafts, request.max_session_tokens > length + 1 ? request.max_session_tokens - length - 1 : 0);
+    if (request.policy.max_generated_tokens != 0) {
+      const uint64_t left = request.policy.max_generated_tokens - request.turn_generated_tokens;
+      drafts = std::min<size_t>(drafts, left > 0 ? static_cast<size_t>(left - 1) : 0);
+    }
+    // Blocks: what the row already covers, plus free blocks, within the block-table width.
+    const size_t columns = std::min(limits_.max_block_table_columns, row.blocks_after + budget.free_blocks);
+    const size_t coverable = columns * block_size;
+    const size_t base = row.reserve_slots;  // processed + 1
+    drafts = std::min(drafts, coverable > base ? coverable - base : 0);
+    if (drafts == 0) continue;
+    const size_t blocks_after = std::max(row.blocks_after, cache_.BlocksFor(base + drafts));
+    const size_t extra_blocks = blocks_after - row.blocks_after;
+    row.draft_count = drafts;
+    row.reserve_slots = base + drafts;
+    row.new_blocks += extra_blocks;
+    row.blocks_after = blocks_after;
+    plan.new_blocks += extra_blocks;
+    budget.free_blocks -= extra_blocks;
+    budget.tokens += drafts;
+  }
+}
+
 void DynamicBatchScheduler::ExpandPrefills(StepPlan& plan) const {
-  size_t spare = limits_.max_scheduled_tokens - plan.rows.size();
+  size_t spare = limits_.max_scheduled_tokens;
+  for (const RequestStepPlan& row : plan.rows) spare -= row.packed_tokens();
   for (RequestStepPlan& row : plan.rows) {
     if (spare == 0) break;
     if (!row.prefill) continue;
@@ -138,11 +173,11 @@ void DynamicBatchScheduler::AssignPackedLayout(StepPlan& plan) const {
   bool graph_eligible = true;
   for (RequestStepPlan& row : plan.rows) {
     row.packed_offset = offset;
-    offset += row.token_count;
-    row.logits_index = offset - 1;
+    row.logits_index = offset + row.token_count - 1;
+    offset += row.packed_tokens();
     row.samples = row.token_count == row.request->unprocessed();
     plan.block_table_columns = std::max(plan.block_table_columns, row.blocks_after);
-    graph_eligible = graph_eligible && !row.prefill && row.token_count == 1;
+    graph_eligible = graph_eligible && !row.prefill && row.packed_tokens() == 1;
   }
   plan.num_tokens = offset;
   plan.graph_eligible = graph_eligible;

@@ -7,7 +7,9 @@
 // a candidate that does not fit is skipped and later ones are still considered. Selected prefills then
 // grow, in order, up to their remaining prompt, search.chunk_size and max_scheduled_tokens. A new
 // prompt is admitted only when blocks for its whole prompt fit and the committed residents plus the
-// step's admissions stay within max_batch_size. Sustained decode demand can starve prefills.
+// step's admissions stay within max_batch_size. Caller-supplied drafts are optional work: they get
+// what budget is left after every mandatory token, before prefills grow. Sustained decode demand
+// can starve prefills.
 #pragma once
 
 #include <cstddef>
@@ -24,6 +26,7 @@ struct SchedulerLimits {
   size_t max_batch_size = 0;        // rows per step and committed residents
   size_t max_scheduled_tokens = 0;  // packed tokens per step
   size_t max_block_table_columns = 0;
+  size_t max_draft_tokens = 0;      // per proposal; 0 = the executor cannot verify drafts
 };
 
 class DynamicBatchScheduler {
@@ -52,6 +55,10 @@ class DynamicBatchScheduler {
   struct Budget;
   // Returns false when no later candidate can be selected either.
   bool Consider(Request& request, bool newly_admitted, bool prefill, Budget& budget, StepPlan& plan) const;
+  // Gives decode rows with a pending proposal as many of its drafts as the token budget, the free
+  // blocks, the block-table width and the turn's own limits allow (never at another row's expense:
+  // every selected row already holds its mandatory token and blocks).
+  void ScheduleDrafts(Budget& budget, StepPlan& plan) const;
   void ExpandPrefills(StepPlan& plan) const;
   void AssignPackedLayout(StepPlan& plan) const;
 

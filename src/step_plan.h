@@ -21,6 +21,8 @@ struct RequestStepPlan {
   Request* request = nullptr;
   size_t processed_before = 0;  // committed KV length = first write position
   size_t token_count = 0;       // unprocessed tokens this step (authoritative)
+  size_t draft_count = 0;       // caller-supplied draft tokens verified after them (decode rows only)
+  size_t accepted_drafts = 0;   // staged by verification: drafts the commit keeps
   size_t reserve_slots = 0;     // cache slots the request's blocks must cover after this step
   size_t blocks_after = 0;      // blocks the request owns once this step commits
   size_t new_blocks = 0;        // blocks this step reserves for it
@@ -28,7 +30,11 @@ struct RequestStepPlan {
   bool newly_admitted = false;
   bool samples = false;         // the step consumes every unprocessed token, so a token is sampled
   size_t packed_offset = 0;     // first row in the packed input
-  size_t logits_index = 0;      // packed row of its last token
+  size_t logits_index = 0;      // packed row of its last unprocessed token (drafts' rows follow)
+
+  size_t packed_tokens() const { return token_count + draft_count; }
+  // Slots the commit adds to the request's KV: its tokens plus the accepted drafts.
+  size_t committed_tokens() const { return token_count + accepted_drafts; }
 };
 
 struct StepPlan {

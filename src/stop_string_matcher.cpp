@@ -58,7 +58,9 @@ void StopStringMatcher::Clear() {
   tail_.clear();
 }
 
-size_t StopStringMatcher::scratch_capacity() const { return table_ ? 3 * (table_->max_length() + 4) : 0; }
+size_t StopStringMatcher::scratch_capacity(size_t count) const {
+  return table_ ? count * 3 * (table_->max_length() + 4) : 0;
+}
 
 void StopStringMatcher::Decode(int32_t token, DecoderState& state, std::string& out) const {
   if (table_->special(token)) return;
@@ -96,14 +98,17 @@ void StopStringMatcher::Decode(int32_t token, DecoderState& state, std::string& 
   }
 }
 
-int32_t StopStringMatcher::Peek(int32_t token, std::string& scratch) const {
+int32_t StopStringMatcher::Peek(const int32_t* tokens, size_t count, std::string& scratch) const {
   scratch.clear();
   DecoderState state = state_;
-  Decode(token, state, scratch);
-  if (scratch.empty()) return -1;
-  const size_t before = tail_.size();
-  const size_t total = before + scratch.size();
-  auto at = [&](size_t i) { return i < before ? tail_[i] : scratch[i - before]; };
+  for (size_t i = 0; i + 1 < count; ++i) Decode(tokens[i], state, scratch);
+  const size_t earlier = scratch.size();
+  Decode(tokens[count - 1], state, scratch);
+  if (scratch.size() == earlier) return -1;
+  const size_t committed = tail_.size();
+  const size_t before = committed + earlier;
+  const size_t total = committed + scratch.size();
+  auto at = [&](size_t i) { return i < committed ? tail_[i] : scratch[i - committed]; };
   // Every match ending inside the new text; the earliest end wins, then the longest, then the
   // lowest index.
   for (size_t end = before + 1; end <= total; ++end) {

@@ -28,13 +28,15 @@ class StopStringMatcher {
   void Clear();
   bool enabled() const { return !strings_.empty(); }
 
-  // The index of the stop string the text of `token` completes, or -1. `scratch` receives the
-  // token's decoded bytes (engine-owned, reserved by Reserve).
-  int32_t Peek(int32_t token, std::string& scratch) const;
+  // The index of the stop string that the text of tokens[count - 1] completes when tokens[0..count)
+  // follow the committed text (the earlier ones completing none), or -1. `scratch` receives their
+  // decoded bytes (engine-owned, reserved to scratch_capacity(count)).
+  int32_t Peek(const int32_t* tokens, size_t count, std::string& scratch) const;
+  int32_t Peek(int32_t token, std::string& scratch) const { return Peek(&token, 1, scratch); }
   // Appends `token`'s text.
   void Advance(int32_t token);
-  // Capacity `scratch` needs for Peek to never allocate.
-  size_t scratch_capacity() const;
+  // Capacity `scratch` needs for a Peek of up to `count` tokens to never allocate.
+  size_t scratch_capacity(size_t count) const;
 
  private:
   struct DecoderState {

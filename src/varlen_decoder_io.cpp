@@ -29,16 +29,26 @@ const OgaExtStepInputs& VarlenDecoderIO::Pack(const StepPlan& plan, const PagedK
     if (row.token_count == 0 || row.processed_before != request.processed || row.token_count > request.unprocessed()) {
       throw ContractError("a planned token count does not match the request's unprocessed tokens");
     }
+    if (row.draft_count > request.draft_tokens.size()) {
+      throw ContractError("a planned draft count exceeds the request's proposal");
+    }
     const int32_t* tokens = request.tokens.data() + row.processed_before;
     for (size_t j = 0; j < row.token_count; ++j) {
       input_ids_[row.packed_offset + j] = tokens[j];
       position_ids_[row.packed_offset + j] = static_cast<int64_t>(row.processed_before + j);
     }
-    cumulative_sequence_lengths_[r + 1] = static_cast<int32_t>(row.packed_offset + row.token_count);
+    // Drafts continue the row: they are verified by the logits of the positions before them.
+    for (size_t j = 0; j < row.draft_count; ++j) {
+      const size_t at = row.packed_offset + row.token_count + j;
+      input_ids_[at] = request.draft_tokens[j];
+      position_ids_[at] = static_cast<int64_t>(row.processed_before + row.token_count + j);
+    }
+    const size_t packed = row.packed_tokens();
+    cumulative_sequence_lengths_[r + 1] = static_cast<int32_t>(row.packed_offset + packed);
     past_sequence_lengths_[r] = static_cast<int32_t>(row.processed_before);
     logits_indices_[r] = static_cast<int32_t>(row.logits_index);
-    max_query = std::max(max_query, row.token_count);
-    max_kv = std::max(max_kv, row.processed_before + row.token_count);
+    max_query = std::max(max_query, packed);
+    max_kv = std::max(max_kv, row.processed_before + packed);
   }
   cache.WriteBlockTable(plan, block_table_.data(), plan.block_table_columns);
   // Eager steps report exact bounds: the lower bound equals the upper bound.

@@ -117,10 +117,14 @@ def test_speculative_stats_keys_and_zero_values(engine):
     assert isinstance(hist, list) and len(hist) == 8 and all(type(x) is int and x == 0 for x in hist)
 
 
-def test_no_drafts_in_this_release(engine):
-    assert engine.max_draft_tokens_per_proposal() == 0
+def test_max_draft_tokens_per_proposal_follows_the_executor(engine):
+    assert engine.max_draft_tokens_per_proposal() == 0  # one logits row per request: no verification
     _, eng2 = make_engine(per_token_logits=True)
-    assert eng2.max_draft_tokens_per_proposal() == 0
+    assert eng2.max_draft_tokens_per_proposal() == 7
+    _, eng3 = make_engine(per_token_logits=True, max_scheduled_tokens=4)
+    assert eng3.max_draft_tokens_per_proposal() == 3  # room beside the mandatory token
+    _, eng4 = make_engine(per_token_logits=True, max_scheduled_tokens=1)
+    assert eng4.max_draft_tokens_per_proposal() == 0
 
 
 def test_library_path_is_loadable_by_ctypes():
