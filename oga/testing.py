@@ -46,12 +46,13 @@ def create_test_model(
     chunk_size=None,
     per_token_logits=False,
     max_block_table_columns=0,
+    prefix_caching=False,
     search=None,
 ):
     """Builds a genai_config document for the built-in test executor and creates the model
     (OgaExtCreateTestModel). ``eos_token_id`` may be an int or a list; ``num_blocks=None``,
     ``max_scheduled_tokens=None`` and ``chunk_size=None`` omit their keys; ``search`` entries
-    override the search section."""
+    override the search section; ``prefix_caching=True`` sets engine.dynamic_batching.prefix_caching."""
     search_section = {"max_length": max_length or context_length, "do_sample": False}
     if chunk_size is not None:
         search_section["chunk_size"] = chunk_size
@@ -61,6 +62,8 @@ def create_test_model(
         dynamic_batching["num_blocks"] = num_blocks
     if max_scheduled_tokens is not None:
         dynamic_batching["max_scheduled_tokens"] = max_scheduled_tokens
+    if prefix_caching:
+        dynamic_batching["prefix_caching"] = True
     config = {
         "model": {
             "type": "oga_test",

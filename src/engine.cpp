@@ -32,7 +32,7 @@ OgaTurnUsage UsageOf(const Request& request) {
   OgaTurnUsage usage;
   usage.prompt_tokens = request.turn_prompt_tokens;
   usage.generated_tokens = request.turn_generated_tokens;
-  usage.cached_prompt_tokens = 0;
+  usage.cached_prompt_tokens = request.turn_cached_tokens;
   return usage;
 }
 
@@ -182,7 +182,8 @@ Engine::Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size
       eos_ids_(model_->config().eos_token_ids),
       vocab_size_(static_cast<size_t>(model_->config().vocab_size)),
       cache_(block_size, num_blocks, limits.max_batch_size,
-             static_cast<size_t>((max_request_length + block_size - 1) / block_size)),
+             static_cast<size_t>((max_request_length + block_size - 1) / block_size),
+             model_->config().dynamic_batching && model_->config().dynamic_batching->prefix_caching),
       scheduler_(limits, cache_),
       io_(limits.max_batch_size, limits.max_scheduled_tokens, cache_.max_columns()),
       pending_(limits.max_batch_size * 8 + 1),
@@ -196,6 +197,7 @@ Engine::Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size
   select_staged_.resize(limits.max_batch_size);
   select_rows_.resize(limits.max_batch_size);
   plan_.rows.reserve(limits.max_batch_size);
+  plan_.cached_block_ids.reserve(limits.max_batch_size * cache_.max_columns());
   plan_.unserviceable.reserve(limits.max_batch_size);
   staged_.resize(limits.max_batch_size);
 }
@@ -371,6 +373,7 @@ uint64_t Engine::BeginTurn(Request& request, const OgaTurnOptions* options, cons
   request.turn_starts.emplace_back(request.turn_id, current);
   request.turn_prompt_tokens = count;
   request.turn_generated_tokens = 0;
+  request.turn_cached_tokens = 0;
   request.finish_reason = OgaFinishReason_None;
   request.policy = policy;
   request.stop = std::move(stop);
@@ -482,7 +485,7 @@ void Engine::RewindToStartOfTurn(Request& request, uint64_t turn_id) {
       if (row.request.get() == &request) row.processed = request.processed;
     }
   } else {
-    cache_.Truncate(request, request.processed);
+    request.processed = cache_.Truncate(request, request.processed);
   }
 }
 
@@ -911,11 +914,13 @@ void Engine::PublishCommit() {
   for (size_t r = 0; r < plan_.rows.size(); ++r) {
     const RequestStepPlan& row = plan_.rows[r];
     row.request->processed = row.processed_before + row.committed_tokens();
+    if (row.newly_admitted) row.request->turn_cached_tokens = row.cached_blocks * cache_.block_size();
     if (row.samples && !row.prefill) row.request->draft_tokens.clear();  // a committed decode consumes its proposal
     if (row.draft_count > 0) CountVerification(row, staged_[r]);
     if (row.samples) PublishToken(*row.request, staged_[r]);
     if (row.samples && staged_[r].finish_reason == OgaFinishReason_Failed) failed_rows_.push_back(row.request);
   }
+  cache_.IndexCommitted(plan_);
   for (const RequestStepPlan& row : plan_.rows) {
     if (row.draft_count > 0) {
       ++speculative_.target_forward_passes;

@@ -25,21 +25,27 @@ std::string Engine::CheckInvariants() const {
   std::ostringstream violations;
   auto report = [&violations](const std::string& text) { violations << text << "\n"; };
 
-  // Blocks: each id in exactly one place (free list, one table, the live reservation).
+  // Blocks: each id is free, evictable (indexed by the prefix cache, referenced by nobody), or
+  // referenced -- by one table, or by several when the prefix cache shares it -- with its reference
+  // count equal to the tables and reservation entries holding it.
   const size_t total = cache_.total_blocks();
-  std::vector<int> seen(total, 0);
-  auto mark = [&](int32_t block, const char* where) {
-    if (block < 0 || static_cast<size_t>(block) >= total) {
-      report(std::string("block id ") + std::to_string(block) + " out of range in " + where);
-      return;
-    }
-    if (++seen[static_cast<size_t>(block)] > 1) {
-      report("block " + std::to_string(block) + " owned twice (again in " + where + ")");
-    }
+  const size_t block_size = cache_.block_size();
+  const PrefixCache* prefix = cache_.prefix();
+  std::vector<int> free_marks(total, 0);
+  std::vector<int> holders(total, 0);
+  auto in_range = [&](int32_t block, const char* where) {
+    if (block >= 0 && static_cast<size_t>(block) < total) return true;
+    report(std::string("block id ") + std::to_string(block) + " out of range in " + where);
+    return false;
   };
-  for (int32_t block : cache_.pool().free_blocks()) mark(block, "the free list");
-  for (int32_t block : cache_.reserved_blocks()) mark(block, "the step reservation");
-  size_t owned = 0;
+  for (int32_t block : cache_.pool().free_blocks()) {
+    if (in_range(block, "the free list") && ++free_marks[static_cast<size_t>(block)] > 1) {
+      report("block " + std::to_string(block) + " is on the free list twice");
+    }
+  }
+  for (int32_t block : cache_.reserved_blocks()) {
+    if (in_range(block, "the step reservation")) ++holders[static_cast<size_t>(block)];
+  }
   size_t tables_in_use = 0;
   for (size_t slot = 0; slot < cache_.tables().size(); ++slot) {
     const BlockTable& table = cache_.tables()[slot];
@@ -48,8 +54,19 @@ std::string Engine::CheckInvariants() const {
       continue;
     }
     ++tables_in_use;
-    owned += table.blocks.size();
-    for (int32_t block : table.blocks) mark(block, "a request block table");
+    for (size_t i = 0; i < table.blocks.size(); ++i) {
+      const int32_t block = table.blocks[i];
+      if (!in_range(block, "a request block table")) continue;
+      ++holders[static_cast<size_t>(block)];
+      for (size_t k = 0; k < i; ++k) {
+        if (table.blocks[k] == block) report("block " + std::to_string(block) + " appears twice in one table");
+      }
+      // A block another table holds is never written again: it must be full here.
+      if (cache_.references(block) > 1 && (i + 1) * block_size > table.committed_slots) {
+        report("shared block " + std::to_string(block) + " is not full in the table of request " +
+               std::to_string(table.owner->serial));
+      }
+    }
     const Request& request = *table.owner;
     if (request.cache_slot != static_cast<int32_t>(slot)) {
       report("block table " + std::to_string(slot) + " names request " + std::to_string(request.serial) +
@@ -59,7 +76,7 @@ std::string Engine::CheckInvariants() const {
       report("request " + std::to_string(request.serial) + ": cache holds " + std::to_string(table.committed_slots) +
              " committed slots but the request processed " + std::to_string(request.processed));
     }
-    if (table.blocks.size() * cache_.block_size() < table.committed_slots) {
+    if (table.blocks.size() * block_size < table.committed_slots) {
       report("request " + std::to_string(request.serial) + ": blocks cannot hold its committed slots");
     }
     const size_t upper = std::max(request.processed, request.tokens.size());
@@ -67,12 +84,27 @@ std::string Engine::CheckInvariants() const {
       report("request " + std::to_string(request.serial) + " owns more blocks than its sequence needs");
     }
   }
+  size_t evictable = 0;
   for (size_t block = 0; block < total; ++block) {
-    if (seen[block] == 0) report("block " + std::to_string(block) + " is lost (free nowhere, owned by nobody)");
+    const int32_t id = static_cast<int32_t>(block);
+    const bool indexed = prefix != nullptr && prefix->indexed(id);
+    const bool is_evictable = prefix != nullptr && prefix->evictable(id);
+    evictable += is_evictable ? 1 : 0;
+    if (cache_.references(id) != holders[block]) {
+      report("block " + std::to_string(block) + " has " + std::to_string(cache_.references(id)) +
+             " references but " + std::to_string(holders[block]) + " holders");
+    }
+    const int places = free_marks[block] + (is_evictable ? 1 : 0) + (holders[block] > 0 ? 1 : 0);
+    if (places == 0) report("block " + std::to_string(block) + " is lost (free nowhere, owned by nobody)");
+    if (places > 1) report("block " + std::to_string(block) + " is in more than one place (free, evictable, held)");
+    if (free_marks[block] > 0 && indexed) report("free block " + std::to_string(block) + " is still indexed");
+    if (is_evictable && (!indexed || holders[block] > 0)) {
+      report("evictable block " + std::to_string(block) + " is not an unreferenced indexed block");
+    }
   }
-  if (cache_.free_blocks() + owned + cache_.reserved_blocks().size() != total) {
-    report("block accounting: free " + std::to_string(cache_.free_blocks()) + " + owned " + std::to_string(owned) +
-           " + reserved " + std::to_string(cache_.reserved_blocks().size()) + " != total " + std::to_string(total));
+  if (prefix != nullptr && prefix->evictable_count() != evictable) {
+    report("the prefix cache counts " + std::to_string(prefix->evictable_count()) + " evictable blocks, " +
+           std::to_string(evictable) + " are");
   }
   if (cache_.reservation_live()) report("a step reservation outlived its transaction");
 

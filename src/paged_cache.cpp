@@ -8,8 +8,14 @@
 
 namespace oga {
 
-PagedKeyValueCache::PagedKeyValueCache(size_t block_size, size_t num_blocks, size_t max_residents, size_t max_columns)
-    : block_size_(block_size), max_columns_(max_columns), pool_(num_blocks), tables_(max_residents) {
+PagedKeyValueCache::PagedKeyValueCache(size_t block_size, size_t num_blocks, size_t max_residents, size_t max_columns,
+                                       bool prefix_caching)
+    : block_size_(block_size),
+      max_columns_(max_columns),
+      pool_(num_blocks),
+      tables_(max_residents),
+      refs_(num_blocks, 0),
+      prefix_(prefix_caching ? std::make_unique<PrefixCache>(num_blocks, block_size) : nullptr) {
   for (BlockTable& table : tables_) table.blocks.reserve(max_columns);
   free_tables_.reserve(max_residents);
   for (size_t i = max_residents; i > 0; --i) free_tables_.push_back(static_cast<int32_t>(i - 1));
@@ -27,18 +33,54 @@ const BlockTable* PagedKeyValueCache::TableOf(const Request& request) const {
 
 void PagedKeyValueCache::Reserve(const StepPlan& plan) {
   if (reservation_live_) throw ContractError("a paged-cache reservation is already live");
-  if (plan.new_blocks > pool_.free_count()) {
+  // Adoptions first, so that taking new blocks cannot evict a block this step adopts.
+  for (const RequestStepPlan& row : plan.rows) {
+    for (size_t i = 0; i < row.cached_blocks; ++i) Adopt(plan.cached_block_ids[row.cached_begin + i]);
+  }
+  if (plan.new_blocks > free_blocks()) {
+    const size_t available = free_blocks();
+    for (size_t r = plan.rows.size(); r > 0; --r) {
+      const RequestStepPlan& row = plan.rows[r - 1];
+      for (size_t i = row.cached_blocks; i > 0; --i) Unref(plan.cached_block_ids[row.cached_begin + i - 1]);
+    }
     throw ContractError("the step plan needs " + std::to_string(plan.new_blocks) + " blocks but only " +
-                        std::to_string(pool_.free_count()) + " are free");
+                        std::to_string(available) + " are free");
   }
   reserved_.clear();
   reserved_begin_.clear();
   for (const RequestStepPlan& row : plan.rows) {
     reserved_begin_.push_back(reserved_.size());
-    for (size_t i = 0; i < row.new_blocks; ++i) reserved_.push_back(pool_.Take());
+    for (size_t i = 0; i < row.cached_blocks; ++i) reserved_.push_back(plan.cached_block_ids[row.cached_begin + i]);
+    for (size_t i = 0; i < row.new_blocks; ++i) reserved_.push_back(TakeBlock());
   }
   reserved_begin_.push_back(reserved_.size());
   reservation_live_ = true;
+}
+
+int32_t PagedKeyValueCache::TakeBlock() {
+  int32_t block;
+  if (pool_.free_count() > 0) {
+    block = pool_.Take();
+  } else {
+    block = prefix_ ? prefix_->EvictOldest() : -1;
+    if (block < 0) throw ContractError("the block pool ran out during a reservation");
+  }
+  refs_[static_cast<size_t>(block)] = 1;
+  return block;
+}
+
+void PagedKeyValueCache::Unref(int32_t block) {
+  int32_t& refs = refs_[static_cast<size_t>(block)];
+  if (--refs > 0) return;
+  if (prefix_ && prefix_->indexed(block)) {
+    prefix_->MakeEvictable(block);
+  } else {
+    pool_.Give(block);
+  }
+}
+
+void PagedKeyValueCache::Adopt(int32_t block) {
+  if (refs_[static_cast<size_t>(block)]++ == 0 && prefix_) prefix_->Unevict(block);
 }
 
 void PagedKeyValueCache::WriteBlockTable(const StepPlan& plan, int32_t* out, size_t columns) const {
@@ -63,14 +105,16 @@ void PagedKeyValueCache::ValidateCommit(const StepPlan& plan) const {
     const RequestStepPlan& row = plan.rows[r];
     const Request& request = *row.request;
     const size_t reserved = reserved_begin_[r + 1] - reserved_begin_[r];
-    if (reserved != row.new_blocks) throw ContractError("reserved blocks differ from the planned blocks");
+    if (reserved != row.cached_blocks + row.new_blocks) {
+      throw ContractError("reserved blocks differ from the planned blocks");
+    }
     const BlockTable* table = TableOf(request);
     if (row.newly_admitted != (table == nullptr)) {
       throw ContractError("a planned admission does not match cache residency");
     }
     if (table == nullptr) {
       ++new_tables;
-    } else if (table->owner != &request || table->committed_slots != row.processed_before) {
+    } else if (table->owner != &request || table->committed_slots != row.processed_before || row.cached_blocks != 0) {
       throw ContractError("a resident block table changed since planning");
     }
     const size_t blocks_after = (table ? table->blocks.size() : 0) + reserved;
@@ -106,9 +150,9 @@ void PagedKeyValueCache::Commit(const StepPlan& plan) {
     const size_t keep = KeptBlocks(row, table.blocks.size());
     for (size_t i = reserved_begin_[r]; i < reserved_begin_[r + 1]; ++i) {
       if (table.blocks.size() < keep) {
-        table.blocks.push_back(reserved_[i]);
+        table.blocks.push_back(reserved_[i]);  // the reservation's reference moves to the table
       } else {
-        pool_.Give(reserved_[i]);
+        Unref(reserved_[i]);
       }
     }
     table.committed_slots = row.processed_before + row.committed_tokens();
@@ -120,7 +164,7 @@ void PagedKeyValueCache::Commit(const StepPlan& plan) {
 
 void PagedKeyValueCache::Discard() {
   if (!reservation_live_) return;
-  for (size_t i = reserved_.size(); i > 0; --i) pool_.Give(reserved_[i - 1]);
+  for (size_t i = reserved_.size(); i > 0; --i) Unref(reserved_[i - 1]);
   reserved_.clear();
   reserved_begin_.clear();
   reservation_live_ = false;
@@ -129,7 +173,7 @@ void PagedKeyValueCache::Discard() {
 void PagedKeyValueCache::Release(Request& request) {
   if (request.cache_slot < 0) return;
   BlockTable& table = tables_[static_cast<size_t>(request.cache_slot)];
-  for (size_t i = table.blocks.size(); i > 0; --i) pool_.Give(table.blocks[i - 1]);
+  for (size_t i = table.blocks.size(); i > 0; --i) Unref(table.blocks[i - 1]);
   table.blocks.clear();
   table.committed_slots = 0;
   table.owner = nullptr;
@@ -137,15 +181,39 @@ void PagedKeyValueCache::Release(Request& request) {
   request.cache_slot = -1;
 }
 
-void PagedKeyValueCache::Truncate(Request& request, size_t slots) {
-  if (request.cache_slot < 0) return;
+size_t PagedKeyValueCache::Truncate(Request& request, size_t slots) {
+  if (request.cache_slot < 0) return slots;
   BlockTable& table = tables_[static_cast<size_t>(request.cache_slot)];
-  const size_t keep = BlocksFor(slots);
+  slots = std::min(table.committed_slots, slots);
+  size_t keep = BlocksFor(slots);
+  if (slots % block_size_ != 0 && keep > 0 && keep <= table.blocks.size()) {
+    const int32_t partial = table.blocks[keep - 1];
+    if (refs_[static_cast<size_t>(partial)] > 1 || (prefix_ && prefix_->indexed(partial))) {
+      --keep;
+      slots = keep * block_size_;
+    }
+  }
   while (table.blocks.size() > keep) {
-    pool_.Give(table.blocks.back());
+    Unref(table.blocks.back());
     table.blocks.pop_back();
   }
-  table.committed_slots = std::min(table.committed_slots, slots);
+  table.committed_slots = slots;
+  return slots;
+}
+
+void PagedKeyValueCache::IndexCommitted(const StepPlan& plan) {
+  if (!prefix_) return;
+  for (const RequestStepPlan& row : plan.rows) {
+    const Request& request = *row.request;
+    if (request.cache_slot < 0) continue;
+    const BlockTable& table = tables_[static_cast<size_t>(request.cache_slot)];
+    const size_t full = std::min(table.committed_slots, request.tokens.size()) / block_size_;
+    for (size_t i = row.processed_before / block_size_; i < full && i < table.blocks.size(); ++i) {
+      const int32_t parent = i > 0 ? table.blocks[i - 1] : -1;
+      // A duplicate of an indexed block (the same prompt admitted twice at once) stays private.
+      prefix_->Register(table.blocks[i], parent, request.tokens.data() + i * block_size_);
+    }
+  }
 }
 
 }  // namespace oga

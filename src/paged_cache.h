@@ -1,17 +1,25 @@
 // Paged KV-cache ownership: per-request block tables over one BlockPool, and the all-or-nothing
 // reservation a step holds while the model runs.
 //
-// A block is free, reserved by the live step, or committed to exactly one request's table. The model
-// sees committed + reserved blocks through the combined block table; only Commit publishes them.
+// A block is free, reserved by the live step, or committed to a request's table. The model sees
+// committed + reserved blocks through the combined block table; only Commit publishes them.
 // Admission reserves blocks for a request's whole unprocessed prompt, while committed slots advance
 // only by the tokens a step actually executed.
+//
+// With prefix caching, full committed blocks are indexed by content (PrefixCache) and shared:
+// blocks are reference counted (tables and the live reservation), a newly admitted request adopts
+// the indexed blocks its prompt starts with as part of its reservation, and an indexed block that
+// nobody references stays adoptable (evictable) until the pool needs it. Shared blocks are always
+// full, so no step ever writes into a block another table holds.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "block_pool.h"
+#include "prefix_cache.h"
 #include "step_plan.h"
 
 namespace oga {
@@ -26,11 +34,19 @@ struct BlockTable {
 
 class PagedKeyValueCache {
  public:
-  PagedKeyValueCache(size_t block_size, size_t num_blocks, size_t max_residents, size_t max_columns);
+  PagedKeyValueCache(size_t block_size, size_t num_blocks, size_t max_residents, size_t max_columns,
+                     bool prefix_caching = false);
 
   size_t block_size() const { return block_size_; }
   size_t total_blocks() const { return pool_.total(); }
-  size_t free_blocks() const { return pool_.free_count(); }
+  // Blocks a reservation can take: free ones, and indexed ones nobody references (evicted on take).
+  size_t free_blocks() const { return pool_.free_count() + (prefix_ ? prefix_->evictable_count() : 0); }
+  bool prefix_caching() const { return prefix_ != nullptr; }
+  // The indexed block holding the block_size tokens at `tokens` after `parent` (-1 first), or -1.
+  int32_t FindCached(int32_t parent, const int32_t* tokens) const {
+    return prefix_ ? prefix_->Find(parent, tokens) : -1;
+  }
+  bool evictable(int32_t block) const { return prefix_ && prefix_->evictable(block); }
   size_t max_columns() const { return max_columns_; }
   size_t BlocksFor(size_t slots) const { return (slots + block_size_ - 1) / block_size_; }
   size_t OwnedBlocks(const Request& request) const;
@@ -51,18 +67,31 @@ class PagedKeyValueCache {
   void Discard();
   // Releases everything `request` owns (close, abandonment, unserviceable).
   void Release(Request& request);
-  // Keeps the first `slots` committed slots of `request` and returns the blocks past them (rewind).
+  // Keeps at most the first `slots` committed slots of `request` and returns the blocks past them
+  // (rewind); returns the slots kept. A partly kept block that is shared or indexed is dropped too
+  // (its tokens are recomputed into a private block), so that no step writes into it.
   // Only between steps.
-  void Truncate(Request& request, size_t slots);
+  size_t Truncate(Request& request, size_t slots);
+  // Indexes the blocks the plan's rows filled (prefix caching; after the requests' tokens were
+  // published, so the blocks' tokens can be read from them).
+  void IndexCommitted(const StepPlan& plan);
 
   // For the invariant checker.
   const BlockPool& pool() const { return pool_; }
+  const PrefixCache* prefix() const { return prefix_.get(); }
+  int32_t references(int32_t block) const { return refs_[static_cast<size_t>(block)]; }
   const std::vector<BlockTable>& tables() const { return tables_; }
   const std::vector<int32_t>& reserved_blocks() const { return reserved_; }
 
  private:
   // Blocks `row`'s table keeps at commit (owning `owned` before the step).
   size_t KeptBlocks(const RequestStepPlan& row, size_t owned) const;
+  // A block for the reservation: a free one, else the least recently released indexed one.
+  int32_t TakeBlock();
+  // One reference fewer; an unreferenced block becomes evictable if indexed, else free.
+  void Unref(int32_t block);
+  // One reference more to an indexed block (no longer evictable).
+  void Adopt(int32_t block);
 
   size_t block_size_;
   size_t max_columns_;
@@ -70,7 +99,9 @@ class PagedKeyValueCache {
   std::vector<BlockTable> tables_;
   std::vector<int32_t> free_tables_;
   std::vector<int32_t> reserved_;      // blocks of the live reservation, in take order
-  std::vector<size_t> reserved_begin_; // per plan row: first index into reserved_
+  std::vector<size_t> reserved_begin_; // per plan row: first index into reserved_ (adopted blocks first)
+  std::vector<int32_t> refs_;          // per block: tables and reservation entries holding it
+  std::unique_ptr<PrefixCache> prefix_;  // null without prefix caching
   bool reservation_live_ = false;
 };
 

@@ -58,6 +58,7 @@ class Request : public std::enable_shared_from_this<Request> {
   std::vector<std::pair<uint64_t, size_t>> turn_starts;
   uint64_t turn_prompt_tokens = 0;
   uint64_t turn_generated_tokens = 0;
+  uint64_t turn_cached_tokens = 0;  // prompt tokens this turn adopted from the prefix cache
   OgaFinishReason finish_reason = OgaFinishReason_None;
   TurnPolicy policy;
   RandomStream stream;  // advanced only by committed sampling steps

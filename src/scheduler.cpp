@@ -90,6 +90,26 @@ bool DynamicBatchScheduler::Consider(Request& request, bool newly_admitted, bool
     plan.unserviceable.push_back(&request);
     return true;
   }
+  // A new prompt adopts the cached blocks it starts with, leaving at least one token to execute.
+  const size_t cached_begin = plan.cached_block_ids.size();
+  size_t cached = 0;
+  size_t cached_evictable = 0;  // adopted blocks that count against the free budget
+  if (newly_admitted && cache_.prefix_caching()) {
+    const size_t block_size = cache_.block_size();
+    const size_t limit = std::min((request.tokens.size() - 1) / block_size, blocks_after);
+    int32_t parent = -1;
+    for (; cached < limit; ++cached) {
+      const int32_t block = cache_.FindCached(parent, request.tokens.data() + cached * block_size);
+      if (block < 0) break;
+      if (cache_.evictable(block) &&
+          std::find(plan.cached_block_ids.begin(), plan.cached_block_ids.begin() + cached_begin, block) ==
+              plan.cached_block_ids.begin() + cached_begin) {
+        ++cached_evictable;  // not yet adopted by an earlier row of this step
+      }
+      plan.cached_block_ids.push_back(block);  // capacity reserved for a full step
+      parent = block;
+    }
+  }
   if (newly_admitted) {
     // Every committed resident, turn-complete ones included, holds a residency slot.
     const size_t residents = residents_.size();
@@ -98,14 +118,18 @@ bool DynamicBatchScheduler::Consider(Request& request, bool newly_admitted, bool
       return false;  // no later waiting request can be admitted either
     }
   }
-  const size_t new_blocks = blocks_after - owned;
-  if (new_blocks > budget.free_blocks) {
+  const size_t new_blocks = blocks_after - owned - cached;
+  if (new_blocks + cached_evictable > budget.free_blocks) {
+    plan.cached_block_ids.resize(cached_begin);
     plan.capacity_deferred = true;
     return true;  // a smaller later candidate may still fit
   }
   RequestStepPlan row;
   row.request = &request;
-  row.processed_before = request.processed;
+  row.processed_before = request.processed + cached * cache_.block_size();
+  row.cached_blocks = cached;
+  row.cached_begin = cached_begin;
+  row.remaining_tokens = request.tokens.size() - row.processed_before;
   row.token_count = 1;
   row.reserve_slots = reserve_slots;
   row.blocks_after = blocks_after;
@@ -114,7 +138,7 @@ bool DynamicBatchScheduler::Consider(Request& request, bool newly_admitted, bool
   row.newly_admitted = newly_admitted;
   plan.rows.push_back(row);
   plan.new_blocks += new_blocks;
-  budget.free_blocks -= new_blocks;
+  budget.free_blocks -= new_blocks + cached_evictable;
   budget.tokens += 1;
   if (newly_admitted) ++budget.new_admissions;
   return true;
@@ -159,7 +183,7 @@ void DynamicBatchScheduler::ExpandPrefills(StepPlan& plan) const {
   for (RequestStepPlan& row : plan.rows) {
     if (spare == 0) break;
     if (!row.prefill) continue;
-    size_t cap = row.request->unprocessed();
+    size_t cap = row.remaining();
     const int64_t chunk_size = row.request->search.chunk_size;
     if (chunk_size > 0) cap = std::min(cap, static_cast<size_t>(chunk_size));
     const size_t extra = std::min(cap - row.token_count, spare);
@@ -175,7 +199,7 @@ void DynamicBatchScheduler::AssignPackedLayout(StepPlan& plan) const {
     row.packed_offset = offset;
     row.logits_index = offset + row.token_count - 1;
     offset += row.packed_tokens();
-    row.samples = row.token_count == row.request->unprocessed();
+    row.samples = row.token_count == row.remaining();
     plan.block_table_columns = std::max(plan.block_table_columns, row.blocks_after);
     graph_eligible = graph_eligible && !row.prefill && row.packed_tokens() == 1;
   }

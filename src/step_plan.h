@@ -22,6 +22,9 @@ struct RequestStepPlan {
   size_t processed_before = 0;  // committed KV length = first write position
   size_t token_count = 0;       // unprocessed tokens this step (authoritative)
   size_t draft_count = 0;       // caller-supplied draft tokens verified after them (decode rows only)
+  size_t cached_blocks = 0;     // prefix-cache blocks a newly admitted request adopts (before processed_before)
+  size_t cached_begin = 0;      // their first index into StepPlan::cached_block_ids
+  size_t remaining_tokens = 0;  // the request's tokens not in its KV before the step (adopted ones count as in)
   size_t accepted_drafts = 0;   // staged by verification: drafts the commit keeps
   size_t reserve_slots = 0;     // cache slots the request's blocks must cover after this step
   size_t blocks_after = 0;      // blocks the request owns once this step commits
@@ -33,6 +36,7 @@ struct RequestStepPlan {
   size_t logits_index = 0;      // packed row of its last unprocessed token (drafts' rows follow)
 
   size_t packed_tokens() const { return token_count + draft_count; }
+  size_t remaining() const { return remaining_tokens; }
   // Slots the commit adds to the request's KV: its tokens plus the accepted drafts.
   size_t committed_tokens() const { return token_count + accepted_drafts; }
 };
@@ -41,6 +45,7 @@ struct StepPlan {
   StepOutcome outcome = StepOutcome::NoWork;
   std::vector<RequestStepPlan> rows;    // scheduler order: decodes, then prefills
   std::vector<Request*> unserviceable;  // turns that can never fit
+  std::vector<int32_t> cached_block_ids;  // prefix-cache blocks adopted by the rows, row after row
   size_t num_tokens = 0;
   size_t block_table_columns = 0;
   size_t new_blocks = 0;
@@ -51,6 +56,7 @@ struct StepPlan {
     outcome = StepOutcome::NoWork;
     rows.clear();
     unserviceable.clear();
+    cached_block_ids.clear();
     num_tokens = 0;
     block_table_columns = 0;
     new_blocks = 0;

@@ -26,7 +26,8 @@ const OgaExtStepInputs& VarlenDecoderIO::Pack(const StepPlan& plan, const PagedK
   for (size_t r = 0; r < plan.rows.size(); ++r) {
     const RequestStepPlan& row = plan.rows[r];
     const Request& request = *row.request;
-    if (row.token_count == 0 || row.processed_before != request.processed || row.token_count > request.unprocessed()) {
+    if (row.token_count == 0 || row.processed_before != request.processed + row.cached_blocks * cache.block_size() ||
+        row.token_count > request.tokens.size() - row.processed_before) {
       throw ContractError("a planned token count does not match the request's unprocessed tokens");
     }
     if (row.draft_count > request.draft_tokens.size()) {
