@@ -462,11 +462,7 @@ void Engine::RewindToStartOfTurn(Request& request, uint64_t turn_id) {
         "rewinding.");
   }
   if (request.finish_reason == OgaFinishReason_Failed) throw ApiError("Cannot rewind a Request whose current turn failed.");
-  auto start = std::find_if(request.turn_starts.begin(), request.turn_starts.end(),
-                            [turn_id](const std::pair<uint64_t, size_t>& entry) { return entry.first == turn_id; });
-  if (turn_id == 0 || start == request.turn_starts.end()) {
-    throw ApiError("Cannot rewind to unknown Turn ID " + std::to_string(turn_id) + ".");
-  }
+  // 0.18 checks residency (and the static batch's row count) before it looks the turn id up.
   if (request.processed > 0 && !request.resident()) {
     throw ApiError("Cannot rewind a request whose model state is no longer resident.");
   }
@@ -474,6 +470,11 @@ void Engine::RewindToStartOfTurn(Request& request, uint64_t turn_id) {
     throw ApiError(
         "Static Engine Request rewind requires exactly one resident Request because a row cannot be released "
         "independently from its shared contiguous cache allocation.");
+  }
+  auto start = std::find_if(request.turn_starts.begin(), request.turn_starts.end(),
+                            [turn_id](const std::pair<uint64_t, size_t>& entry) { return entry.first == turn_id; });
+  if (turn_id == 0 || start == request.turn_starts.end()) {
+    throw ApiError("Cannot rewind to unknown Turn ID " + std::to_string(turn_id) + ".");
   }
   // No allocation from here on: shrinking keeps capacity.
   const size_t boundary = start->second;
@@ -485,7 +486,11 @@ void Engine::RewindToStartOfTurn(Request& request, uint64_t turn_id) {
       if (row.request.get() == &request) row.processed = request.processed;
     }
   } else {
-    request.processed = cache_.Truncate(request, request.processed);
+    // As 0.18: the rewound request gives its blocks and its residency back, and its next turn
+    // prefills the retained history again (admitted like a first turn).
+    scheduler_.Remove(request);
+    cache_.Release(request);
+    request.processed = 0;
   }
 }
 

@@ -90,7 +90,9 @@ class Engine {
   // Drafts one proposal may hold; 0 when the executor cannot verify drafts.
   size_t max_draft_tokens() const { return static_batching() ? 0 : limits_.max_draft_tokens; }
   const SpeculativeCounters& speculative_counters() const { return speculative_; }
-  // Truncates the request back to where turn `turn_id` began (reference C.11).
+  // Truncates the request back to where turn `turn_id` began (reference C.11). Dynamic path: the
+  // request also gives its blocks and residency back, and its next turn prefills the retained
+  // history again, as 0.18 does (tests/conformance, "Rewind").
   void RewindToStartOfTurn(Request& request, uint64_t turn_id);
   void Close(Request& request);
   void Run(OgaEngineEventBuffer& buffer);

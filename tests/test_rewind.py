@@ -39,8 +39,10 @@ def test_rewind_to_each_turn_start_replays_like_a_fresh_history():
     assert [key(e) for e in evs] == expected_turn_events(5, 3, toks, reason)
 
 
-def test_rewind_inside_a_block_keeps_the_shared_block():
-    # Turn 2 begins in the middle of a block: the rewind keeps that block (it holds turn 1's tail).
+def test_rewind_gives_the_cache_back_and_the_next_turn_prefills_the_history():
+    # As 0.18 (tests/conformance: rewind_frees_blocks_for_a_peer, rewind_releases_residency_*): a rewind
+    # releases the request's blocks and residency slot, even where turn 2 began in the middle of a
+    # block; the next turn is admitted like a first turn and prefills the retained history again.
     model = ogt.create_test_model(block_size=4)
     engine = og.Engine(model)
     r = engine.create_request()
@@ -48,12 +50,18 @@ def test_rewind_inside_a_block_keeps_the_shared_block():
     run_turn(engine, r, [7, 8, 9, 10, 11], 9)
     r.rewind_to_start_of_turn(2)
     ogt.check_invariants(engine)
-    assert ogt.engine_counters(engine)["free_blocks"] == ogt.engine_counters(engine)["total_blocks"] - 2
+    c = ogt.engine_counters(engine)
+    assert c["free_blocks"] == c["total_blocks"]
+    assert c["resident_requests"] == 0 and c["waiting_requests"] == 0
+    assert not engine.has_pending_requests()
     oracle = OracleSequence()
     oracle.turn([5, 9, 13], max_gen=2)
-    evs = run_turn(engine, r, [30], 8)
+    r.begin_turn([30], turn_options(r, max_gen=8))
+    assert ogt.engine_counters(engine)["waiting_requests"] == 1
+    evs = drive(engine)
     toks, reason = oracle.turn([30], max_gen=8)
     assert [key(e) for e in evs] == expected_turn_events(3, 1, toks, reason)
+    ogt.check_invariants(engine)
 
 
 def test_rewind_after_cancelled_turns():

@@ -360,6 +360,9 @@ class PythonRunner(_Base):
     def op_cancel(self, a):
         return self.reqs[a["req"]].cancel_turn(a["turn_id"])
 
+    def op_rewind(self, a):
+        return self.reqs[a["req"]].rewind_to_start_of_turn(a["turn_id"])
+
     def op_close(self, a):
         return self.reqs[a["req"]].close()
 
@@ -617,6 +620,9 @@ class CtypesRunner(_Base):
         out = c_bool()
         self.check(self.lib.OgaRequestCancelTurn(self.reqs[a["req"]], a["turn_id"], byref(out)))
         return out.value
+
+    def op_rewind(self, a):
+        self.check(self.lib.OgaRequestRewindToStartOfTurn(self.reqs[a["req"]], a["turn_id"]))
 
     def op_close(self, a):
         self.check(self.lib.OgaRequestClose(self.reqs[a["req"]]))

@@ -54,6 +54,9 @@ MODEL_CONFIGS: Dict[str, dict] = {
                              tokenizer="invalid_utf8"),
     # "tok" in the SentencePiece layout of Llama 2's tokenizer.json (tokenizer_fixture.write_spm_tokenizer)
     "tok_spm": dict(block_size=4, num_blocks=64, max_batch_size=4, max_scheduled_tokens=64, tokenizer="spm"),
+    # "chunk" with engine.dynamic_batching.prefix_caching false: 0.18 caches prefixes unless told not
+    # to (oga has no prefix cache); `same_as` reuses that configuration's directory
+    "chunk_noprefix": dict(same_as="chunk", overlay='{"engine": {"dynamic_batching": {"prefix_caching": false}}}'),
 }
 
 MODEL_SEED = 3
@@ -77,6 +80,9 @@ def build_model_dirs(root) -> Dict[str, Tuple[str, Optional[str]]]:
         cfg = dict(cfg)
         overlay = cfg.pop("overlay", None)
         tokenizer = cfg.pop("tokenizer", None)
+        if "same_as" in cfg:
+            dirs[name] = (dirs[cfg["same_as"]][0], overlay)
+            continue
         path = os.path.join(str(root), name)
         if not os.path.exists(os.path.join(path, "genai_config.json")):
             build(None, path, random_spec=model_spec(), seed=MODEL_SEED, context_length=64, **cfg)
@@ -155,6 +161,11 @@ def pending(engine: str = "e", label=None) -> Action:
 
 def cancel(req: str, turn_id: int, label=None) -> Action:
     return _a("cancel", label, req=req, turn_id=turn_id)
+
+
+def rewind(req: str, turn_id: int, label=None) -> Action:
+    """req.rewind_to_start_of_turn(turn_id) / OgaRequestRewindToStartOfTurn; records None or the raise."""
+    return _a("rewind", label, req=req, turn_id=turn_id)
 
 
 def close(req: str, label=None) -> Action:

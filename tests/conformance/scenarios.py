@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from scenario import (NULL, Difference, Scenario, all_of, begin, buffer, cancel, capabilities, capi, close, create,
                       destroy_engine, drain, engine, engine_from, has_flag, has_reason, ids, model, off_thread, only,
-                      out, pending, py, raises, ref, release, release_buffer, release_options, run, set_option,
-                      turn_options)
+                      out, pending, py, raises, ref, release, release_buffer, release_options, rewind, run,
+                      set_option, turn_options)
 
 # Greedy streams of the seed-3 model (vocab 97, EOS 2), found by running 0.18 (see `expect`):
 P_LONG = [3, 7, 11]      # no EOS within 40 generated tokens
@@ -464,11 +464,167 @@ sc("do_sample_under_model_greedy_default",
     turn_options("o2", "r1", do_sample=True, top_k=4, temperature=0.8, max_generated_tokens=1),
     begin("r1", P_LONG, opts="o2", label="sampling admitted"), pending(engine="e4")],
    expect=raises("do_sample=true"))
+
+# ---------------------------------------------------------------------------------------------
+# Rewind (RewindToStartOfTurn)
+# ---------------------------------------------------------------------------------------------
+REWIND_STATE = "Request rewind is only valid after the current turn is complete."
+REWIND_PENDING = ("Cannot rewind a request while an Engine event is pending; call Engine::Run() to drain the event "
+                  "before rewinding.")
+REWIND_CLOSED = "Cannot rewind a closed request."
+THREE_TURNS = [create("r1"), begin("r1", P_LONG, max_gen=3, label="turn 1"), drain(64, label="turn 1 events"),
+               begin("r1", [9, 10], max_gen=2, label="turn 2"), drain(64, label="turn 2 events"),
+               begin("r1", [12], max_gen=3, label="turn 3"), drain(64, label="turn 3 events")]
 sc("rewind_to_the_first_turn",
    # rewinding turn 1 empties the sequence: the next turn generates as a fresh request would
    [create("r1"), begin("r1", P_LONG, max_gen=2), drain(64), begin("r1", [5], max_gen=2), drain(64),
-    py(ref("req", "r1"), "rewind_to_start_of_turn", 1, label="rewind"),
-    begin("r1", P_EOS, max_gen=8, label="after rewind"), drain(64, label="drain after rewind")], backends=PY)
+    rewind("r1", 1, label="rewind"), pending(label="pending after rewind"),
+    begin("r1", P_EOS, max_gen=8, label="after rewind"), drain(64, label="drain after rewind"),
+    create("fresh"), begin("fresh", P_EOS, max_gen=8, label="fresh request"), drain(64, label="fresh events")],
+   expect=has_reason(EOS_R))
+sc("rewind_to_a_middle_turn",
+   # turns 1, 2, 3 -> rewind 2: turn 3 is gone, turn 2's input again generates turn 2's tokens with id 4
+   THREE_TURNS + [rewind("r1", 2, label="rewind 2"), rewind("r1", 3, label="discarded 3"),
+                  rewind("r1", 2, label="discarded 2"), begin("r1", [9, 10], max_gen=2, label="turn 4"),
+                  drain(64, label="turn 4 events"), rewind("r1", 3, label="still unknown 3"),
+                  begin("r1", [12], max_gen=3, label="turn 5"), drain(64, label="turn 5 events"),
+                  rewind("r1", 5, label="rewind the current turn"), begin("r1", [12], max_gen=3, label="turn 6"),
+                  drain(64, label="turn 6 events")],
+   expect=raises("Cannot rewind to unknown Turn ID 3."))
+sc("rewind_then_rewind_further",
+   THREE_TURNS + [rewind("r1", 3, label="rewind 3"), rewind("r1", 2, label="rewind 2"), rewind("r1", 1, label="rewind 1"),
+                  rewind("r1", 1, label="rewind 1 again"), begin("r1", P_LONG, max_gen=3, label="turn 4"),
+                  drain(64, label="turn 4 events")])
+sc("rewind_unknown_turn_ids",
+   THREE_TURNS + [rewind("r1", 0, label="id 0"), rewind("r1", 4, label="future id 4"),
+                  rewind("r1", 2 ** 64 - 1, label="id max"), begin("r1", [5], max_gen=1, label="turn 4 unaffected"),
+                  drain(64)],
+   expect=raises("Cannot rewind to unknown Turn ID 0."))
+sc("rewind_by_request_state",
+   [create("r1"), rewind("r1", 0, label="unassigned id 0"), rewind("r1", 1, label="unassigned id 1"),
+    begin("r1", P_LONG, max_gen=4, label="turn 1"), rewind("r1", 1, label="assigned"), rewind("r1", 2, label="assigned id 2"),
+    run(64, label="first step"), rewind("r1", 1, label="active"), drain(64), rewind("r1", 1, label="complete"),
+    begin("r1", [5], max_gen=2, label="turn 2"), rewind("r1", 1, label="continuation queued"), run(64),
+    rewind("r1", 2, label="continuation active"), drain(64), pending(),
+    off_thread(rewind("r1", 1), label="off the owner thread"), begin("r1", [6], max_gen=1, label="turn 3 after it"),
+    drain(64)],
+   expect=all_of(raises(REWIND_STATE), raises(OWNER)))
+sc("rewind_while_event_pending",
+   # a small buffer keeps r2's and r3's events retained: their (complete) turns cannot be rewound yet
+   [create("r1"), create("r2"), create("r3"), begin("r1", P_LONG, max_gen=1), begin("r2", P_B, max_gen=1),
+    begin("r3", P_C, max_gen=1), run(1, label="one event delivered"), rewind("r1", 1, label="r1 delivered"),
+    rewind("r3", 1, label="r3 retained"), rewind("r3", 7, label="r3 retained, unknown id"), run(1),
+    rewind("r3", 1, label="r3 still retained"), run(1), rewind("r3", 1, label="r3 drained"), pending(),
+    begin("r3", P_C, max_gen=2), drain(64)],
+   expect=raises(REWIND_PENDING))
+sc("rewind_while_cancel_event_pending",
+   [create("r1"), begin("r1", P_LONG, max_gen=2), drain(64), begin("r1", [5], max_gen=4), run(64), cancel("r1", 2),
+    rewind("r1", 2, label="cancel event retained"), rewind("r1", 1, label="earlier turn, event retained"),
+    pending(), run(64), rewind("r1", 2, label="after the cancel event"), pending(label="pending after rewind"),
+    begin("r1", [5], max_gen=4, label="turn 3"), drain(64)],
+   expect=raises(REWIND_PENDING))
+sc("rewind_closed_request",
+   [create("r1"), begin("r1", P_LONG, max_gen=2), drain(64), close("r1"), rewind("r1", 1, label="closed"),
+    rewind("r1", 0, label="closed id 0"), create("r2"), close("r2"), rewind("r2", 1, label="closed unassigned"),
+    create("r3"), begin("r3", P_LONG, max_gen=4), run(64), close("r3"), rewind("r3", 1, label="closed mid-turn"),
+    pending()],
+   expect=raises(REWIND_CLOSED))
+sc("rewind_after_engine_destroyed",
+   [create("r1"), begin("r1", P_LONG, max_gen=2), drain(64), create("r2"), begin("r2", P_B, max_gen=4), run(64),
+    create("r3"), destroy_engine(), rewind("r1", 1, label="complete"), rewind("r1", 5, label="unknown id"),
+    rewind("r2", 1, label="was active"), rewind("r3", 1, label="was unassigned")],
+   expect=raises(REWIND_CLOSED))
+sc("rewind_after_cancel_before_admission",
+   # a first turn cancelled while queued has no KV: rewinding it leaves an empty request
+   [create("r1"), begin("r1", P_LONG, max_gen=3), cancel("r1", 1), pending(), run(64, label="cancel event"),
+    pending(label="pending before rewind"), rewind("r1", 1, label="rewind 1"), pending(label="pending after rewind"),
+    run(64, label="rewind created no event"), begin("r1", P_EOS, max_gen=8, label="turn 2"), drain(64)],
+   expect=has_reason(CANCELLED_R))
+sc("rewind_continuation_cancelled_before_admission",
+   [create("r1"), begin("r1", P_LONG, max_gen=3), drain(64), begin("r1", [9, 10], max_gen=3), cancel("r1", 2),
+    run(64), rewind("r1", 2, label="rewind 2"), pending(), begin("r1", [9, 10], max_gen=3, label="turn 3"), drain(64),
+    begin("r1", [11], max_gen=2, label="turn 4"), cancel("r1", 4), run(64), rewind("r1", 1, label="rewind 1"),
+    begin("r1", P_LONG, max_gen=3, label="turn 5"), drain(64)],
+   expect=has_reason(CANCELLED_R))
+sc("rewind_after_cancel_mid_generation",
+   [create("r1"), begin("r1", P_LONG, max_gen=10), run(64, times=3), cancel("r1", 1), run(64),
+    rewind("r1", 1, label="rewind 1"), pending(), begin("r1", P_B, max_gen=4, label="turn 2"), drain(64),
+    begin("r1", [7, 8], max_gen=10, label="turn 3"), run(64, times=2), cancel("r1", 3), run(64),
+    rewind("r1", 3, label="rewind 3"), begin("r1", [8, 7], max_gen=4, label="turn 4"), drain(64)],
+   expect=has_reason(CANCELLED_R))
+sc("rewind_creates_no_event_and_keeps_peers_pending",
+   [create("r1"), create("r2"), begin("r1", P_LONG, max_gen=2), drain(64), begin("r2", P_B, max_gen=3),
+    pending(label="peer queued"), rewind("r1", 1, label="rewind with a queued peer"), pending(label="still pending"),
+    run(64, label="only the peer"), rewind("r1", 1, label="rewound turn is unknown"), drain(64), pending(),
+    rewind("r2", 1), pending(label="nothing pending"), run(64, label="no event"), run(1, label="no event capacity 1")])
+sc("rewind_to_a_boundary_inside_a_kv_block",
+   # block_size 4: turn 2 starts at 5 tokens (3 prompt + 2 generated), inside the second block; the rewound
+   # slots 5.. are rewritten by the next turn, whose tokens must be 0.18's
+   [create("r1"), begin("r1", P_LONG, max_gen=2), drain(64), begin("r1", [9, 10, 11], max_gen=6, label="turn 2"),
+    drain(64, label="turn 2 events"), rewind("r1", 2), begin("r1", [20, 21], max_gen=6, label="turn 3"),
+    drain(64, label="turn 3 events"), create("ref"), begin("ref", P_LONG, max_gen=2), drain(64),
+    begin("ref", [20, 21], max_gen=6, label="reference continuation"), drain(64, label="reference events")])
+sc("rewind_to_a_block_edge",
+   # turn 2 starts at 4 tokens (3 prompt + 1 generated): exactly one full block stays
+   [create("r1"), begin("r1", P_LONG, max_gen=1), drain(64), begin("r1", P8, max_gen=5), drain(64),
+    begin("r1", [5], max_gen=3), drain(64), rewind("r1", 2), begin("r1", [40, 41, 42], max_gen=6, label="turn 4"),
+    drain(64, label="turn 4 events"), create("ref"), begin("ref", P_LONG, max_gen=1), drain(64),
+    begin("ref", [40, 41, 42], max_gen=6), drain(64, label="reference events")])
+sc("rewind_inside_a_block_after_eos",
+   # P_EOS ends with EOS after 3 tokens (EOS never enters the sequence): turn 2 starts at 6 tokens
+   # (turn 4 differs from turn 2 at its first token: see rewind_then_the_same_input_* for a repeat)
+   [create("r1"), begin("r1", P_EOS, max_gen=8), drain(64), begin("r1", [13, 14, 15, 16, 17], max_gen=5), drain(64),
+    rewind("r1", 2), begin("r1", [4], max_gen=6, label="turn 3"), drain(64, label="turn 3 events"),
+    rewind("r1", 3), begin("r1", [14, 13, 15, 16, 17], max_gen=5, label="turn 4"),
+    drain(64, label="turn 4 events")], expect=has_reason(EOS_R))
+sc("rewind_frees_blocks_for_a_peer",
+   # tight pool (5 blocks of 4): r1 holds 4 blocks; after rewinding to turn 2 (5 tokens, 2 blocks) r2's
+   # 12-token prompt (3 blocks) fits
+   [create("r1"), begin("r1", P_LONG, max_gen=2), drain(64), begin("r1", P8, max_gen=4), drain(64), create("r2"),
+    begin("r2", P12B, max_gen=2), run(64, label="r2 blocked"), rewind("r1", 2, label="rewind r1"),
+    drain(64, label="r2 after rewind"), begin("r1", [5], max_gen=2, label="r1 turn 3"),
+    run(64, times=2, label="r1 blocked by r2's blocks"), close("r2"), drain(64, label="r1 events")],
+   model="tight", expect=has_flag(CAPACITY_BLOCKED, DEFERRED))
+sc("rewind_releases_residency",
+   # batch2: r1 and r2 resident, r3 deferred; a rewind gives r1's residency back (0.18 re-prefills a
+   # rewound request's history: its next turn is admitted like a first turn, here after r3)
+   [create("r1"), create("r2"), create("r3"), begin("r1", P_LONG, max_gen=1), begin("r2", P_B, max_gen=1), drain(64),
+    begin("r1", [9, 10], max_gen=2), drain(64), begin("r3", P_C, max_gen=2), run(64, times=2, label="r3 deferred"),
+    rewind("r1", 2, label="rewind r1"), pending(label="r3 still pending"), drain(64, label="r3 admitted"),
+    begin("r1", [5], max_gen=2, label="r1 turn 3"), run(64, times=2, label="r1 deferred"), close("r3"),
+    drain(64, label="r1 events"), rewind("r2", 1, label="rewind r2 to its start"),
+    begin("r1", [6], max_gen=1, label="r1 turn 4"), drain(64)],
+   model="batch2", expect=has_flag(CAPACITY_BLOCKED, DEFERRED))
+
+# 0.18 enables prefix caching unless engine.dynamic_batching.prefix_caching is false (0.18's own
+# documentation says the default is false); oga has no prefix cache. A rewound request prefills its
+# retained history again, and with the prefix cache 0.18 adopts the full blocks whose tokens are
+# unchanged (reported in cached_prompt_tokens when they hold this turn's prompt tokens, always
+# leaving at least one token to compute). The *_prefix_caching_off twins run the same actions with
+# prefix_caching false, where 0.18 and oga agree.
+SAME_INPUT = [create("r1"), begin("r1", P_LONG, max_gen=1), drain(64), begin("r1", P8, max_gen=2, label="turn 2"),
+              drain(64, label="turn 2 events"), rewind("r1", 2), begin("r1", P8, max_gen=2, label="turn 3"),
+              drain(64, label="turn 3 events"), rewind("r1", 3), begin("r1", P8 + [40], max_gen=2, label="turn 4"),
+              drain(64, label="turn 4 events"), rewind("r1", 4), begin("r1", P8[:4] + [50, 51, 52], max_gen=2,
+                                                                    label="turn 5"),
+              drain(64, label="turn 5 events")]
+CHUNKED_REPREFILL = [create("r1"), begin("r1", [5, 9, 13], max_gen=2), drain(64), begin("r1", P6, max_gen=2),
+                     drain(64), rewind("r1", 2), begin("r1", P8, max_gen=3, label="turn 3"),
+                     drain(64, label="turn 3 events"), rewind("r1", 1), begin("r1", P6, max_gen=2, label="turn 4"),
+                     drain(64, label="turn 4 events")]
+sc("rewind_then_the_same_input_prefix_caching_default", SAME_INPUT, model="chunk",
+   expect=lambda recs: any(e[7][2] > 0 for e in _evs(recs)))
+sc("rewind_then_the_same_input_prefix_caching_off", SAME_INPUT, model="chunk_noprefix")
+sc("rewind_chunked_reprefill_prefix_caching_default", CHUNKED_REPREFILL, model="chunk")
+sc("rewind_chunked_reprefill_prefix_caching_off", CHUNKED_REPREFILL, model="chunk_noprefix")
+sc("prefix_caching_default_across_requests",
+   # not a rewind: a second request with the first one's 9-token prompt (two full blocks)
+   [create("r1"), begin("r1", P8 + [40], max_gen=2), drain(64, label="first"), create("r2"),
+    begin("r2", P8 + [40], max_gen=2), drain(64, label="second")], model="chunk",
+   expect=lambda recs: any(e[7][2] == 8 for e in _evs(recs)))
+sc("prefix_caching_off_across_requests",
+   [create("r1"), begin("r1", P8 + [40], max_gen=2), drain(64, label="first"), create("r2"),
+    begin("r2", P8 + [40], max_gen=2), drain(64, label="second")], model="chunk_noprefix")
 
 # ---------------------------------------------------------------------------------------------
 # C ABI only: NULL arguments, direct returns, zeroed outputs
@@ -508,6 +664,9 @@ sc("c_null_request_arguments",
     capi("OgaTurnOptionsReset", NULL),
     capi("OgaRequestBeginTurn", R1, NULL, ids([5, 9, 13]), 3, out("c_uint64")),
     pending(), drain(64)], backends=C, expect=raises("request must not be null."))
+sc("c_rewind_null_request",
+   [create("r1"), capi("OgaRequestRewindToStartOfTurn", NULL, 1), capi("OgaRequestRewindToStartOfTurn", NULL, 0),
+    capi("OgaRequestRewindToStartOfTurn", R1, 1)], backends=C, expect=raises("request must not be null."))
 sc("c_begin_turn_failure_output",
    [create("r1"), capi("OgaRequestBeginTurn", R1, NULL, NULL, 2, out("c_uint64")),
     capi("OgaRequestBeginTurn", R1, NULL, NULL, 0, out("c_uint64")),
@@ -940,6 +1099,37 @@ static("static_whole_turn_guidance",
        # whole-turn guidance runs on the static path in both ("0" "5" "4" "6")
        [create("r1"), turn_options("o", "r1", max_generated_tokens=4, guidance=("regex", "[0-9]+")),
         begin("r1", S_A, opts="o"), drain(64)])
+
+static("static_single_row_rewind",
+       [create("r1"), begin("r1", S_A, max_gen=4), drain(64), begin("r1", [5, 6, 7], max_gen=4), drain(64),
+        rewind("r1", 2, label="rewind 2"), rewind("r1", 2, label="discarded 2"),
+        begin("r1", [5, 6, 7], max_gen=4, label="turn 3 repeats turn 2"), drain(64, label="turn 3 events"),
+        rewind("r1", 1, label="rewind 1"), begin("r1", S_D, max_gen=3, label="turn 4"), drain(64, label="turn 4 events"),
+        create("ref"), begin("ref", S_D, max_gen=3), drain(64, label="reference events")])
+static("static_rewind_needs_one_resident_row",
+       [create("r1"), create("r2"), begin("r1", S_A, max_gen=3), begin("r2", S_B, max_gen=2),
+        rewind("r1", 1, label="assigned"), run(64), rewind("r1", 1, label="active"), drain(64),
+        rewind("r1", 1, label="two resident rows"), rewind("r1", 9, label="two rows, unknown id"),
+        close("r2"), rewind("r1", 1, label="after closing the peer"), pending()],
+       expect=raises("Static Engine Request rewind requires exactly one resident Request"))
+static("static_rewind_errors",
+       [create("r1"), rewind("r1", 1, label="unassigned"), begin("r1", S_A, max_gen=3), drain(64),
+        rewind("r1", 0, label="id 0"), rewind("r1", 2, label="future id"), begin("r1", [5], max_gen=4), run(64),
+        cancel("r1", 2), rewind("r1", 2, label="cancel event pending"), run(64), rewind("r1", 2, label="after cancel"),
+        pending(), begin("r1", [5], max_gen=2, label="turn 3"), drain(64), close("r1"), rewind("r1", 1, label="closed")])
+
+static("static_rewind_after_the_batch_was_recycled",
+       # r2's wave recycled the batch: r1's model state is gone
+       [create("r1"), begin("r1", S_A, max_gen=2), drain(64), create("r2"), begin("r2", S_B, max_gen=2), drain(64),
+        rewind("r1", 1, label="rewind 1"), rewind("r1", 0, label="id 0"), rewind("r1", 2, label="unknown id"),
+        begin("r1", [5], max_gen=2, label="continuation"), rewind("r2", 1, label="r2 is the resident row"),
+        begin("r2", S_C, max_gen=2), drain(64)])
+static("static_rewind_check_order",
+       # two resident rows: the one-resident-row rule is checked after the state and pending-event rules
+       [create("r1"), create("r2"), begin("r1", S_A, max_gen=1), begin("r2", S_B, max_gen=1),
+        run(1, label="one event delivered"), rewind("r2", 1, label="r2 event retained"),
+        rewind("r2", 0, label="r2 event retained, id 0"), rewind("r1", 0, label="r1 id 0"), drain(64),
+        rewind("r2", 5, label="r2 unknown id"), begin("r1", [5], max_gen=2, label="continuation with two rows")])
 
 SCENARIOS = {s.name: s for s in S}
 assert len(SCENARIOS) == len(S), "duplicate scenario names"
