@@ -52,7 +52,9 @@ def create_test_model(
     """Builds a genai_config document for the built-in test executor and creates the model
     (OgaExtCreateTestModel). ``eos_token_id`` may be an int or a list; ``num_blocks=None``,
     ``max_scheduled_tokens=None`` and ``chunk_size=None`` omit their keys; ``search`` entries
-    override the search section; ``prefix_caching=True`` sets engine.dynamic_batching.prefix_caching."""
+    override the search section. ``prefix_caching`` is written as engine.dynamic_batching.prefix_caching
+    (default False, so usage counts stay independent of earlier requests); None omits the key, which
+    means on, as in onnxruntime-genai 0.18."""
     search_section = {"max_length": max_length or context_length, "do_sample": False}
     if chunk_size is not None:
         search_section["chunk_size"] = chunk_size
@@ -62,8 +64,8 @@ def create_test_model(
         dynamic_batching["num_blocks"] = num_blocks
     if max_scheduled_tokens is not None:
         dynamic_batching["max_scheduled_tokens"] = max_scheduled_tokens
-    if prefix_caching:
-        dynamic_batching["prefix_caching"] = True
+    if prefix_caching is not None:
+        dynamic_batching["prefix_caching"] = bool(prefix_caching)
     config = {
         "model": {
             "type": "oga_test",

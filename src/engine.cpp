@@ -919,7 +919,12 @@ void Engine::PublishCommit() {
   for (size_t r = 0; r < plan_.rows.size(); ++r) {
     const RequestStepPlan& row = plan_.rows[r];
     row.request->processed = row.processed_before + row.committed_tokens();
-    if (row.newly_admitted) row.request->turn_cached_tokens = row.cached_blocks * cache_.block_size();
+    if (row.newly_admitted) {
+      // Only adopted tokens of this turn's own input count (a rewound request re-adopts its history).
+      const size_t adopted = row.cached_blocks * cache_.block_size();
+      const size_t history = row.request->turn_starts.empty() ? 0 : row.request->turn_starts.back().second;
+      row.request->turn_cached_tokens = adopted > history ? adopted - history : 0;
+    }
     if (row.samples && !row.prefill) row.request->draft_tokens.clear();  // a committed decode consumes its proposal
     if (row.draft_count > 0) CountVerification(row, staged_[r]);
     if (row.samples) PublishToken(*row.request, staged_[r]);

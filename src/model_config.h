@@ -35,7 +35,9 @@ struct DynamicBatchingConfig {
   std::optional<double> gpu_utilization_factor;
   int64_t max_batch_size = 16;
   int64_t max_scheduled_tokens = 2048;
-  bool prefix_caching = false;
+  // On unless the key says false: onnxruntime-genai 0.18 caches prefixes by default (observed side by
+  // side in tests/conformance; the reference notes say false).
+  bool prefix_caching = true;
 };
 
 // model.decoder.inputs: graph input names (keys and defaults of OGA 0.18). `%d` in a template

@@ -181,26 +181,6 @@ void PagedKeyValueCache::Release(Request& request) {
   request.cache_slot = -1;
 }
 
-size_t PagedKeyValueCache::Truncate(Request& request, size_t slots) {
-  if (request.cache_slot < 0) return slots;
-  BlockTable& table = tables_[static_cast<size_t>(request.cache_slot)];
-  slots = std::min(table.committed_slots, slots);
-  size_t keep = BlocksFor(slots);
-  if (slots % block_size_ != 0 && keep > 0 && keep <= table.blocks.size()) {
-    const int32_t partial = table.blocks[keep - 1];
-    if (refs_[static_cast<size_t>(partial)] > 1 || (prefix_ && prefix_->indexed(partial))) {
-      --keep;
-      slots = keep * block_size_;
-    }
-  }
-  while (table.blocks.size() > keep) {
-    Unref(table.blocks.back());
-    table.blocks.pop_back();
-  }
-  table.committed_slots = slots;
-  return slots;
-}
-
 void PagedKeyValueCache::IndexCommitted(const StepPlan& plan) {
   if (!prefix_) return;
   for (const RequestStepPlan& row : plan.rows) {

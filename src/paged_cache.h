@@ -67,11 +67,6 @@ class PagedKeyValueCache {
   void Discard();
   // Releases everything `request` owns (close, abandonment, unserviceable).
   void Release(Request& request);
-  // Keeps at most the first `slots` committed slots of `request` and returns the blocks past them
-  // (rewind); returns the slots kept. A partly kept block that is shared or indexed is dropped too
-  // (its tokens are recomputed into a private block), so that no step writes into it.
-  // Only between steps.
-  size_t Truncate(Request& request, size_t slots);
   // Indexes the blocks the plan's rows filled (prefix caching; after the requests' tokens were
   // published, so the blocks' tokens can be read from them).
   void IndexCommitted(const StepPlan& plan);

@@ -151,22 +151,20 @@ def test_cancel_close_and_abandon_adopting_requests():
     assert tokens == expected(SYSTEM[:24] + [53]) and usage[2] == 24
 
 
-def test_rewind_into_a_shared_block_recomputes_it_privately():
+def test_a_rewound_request_readopts_its_kept_history():
+    # A rewind gives the request's blocks back (as 0.18 does); its next turn is admitted like a first
+    # turn and adopts the indexed blocks of the history it kept, counting only its own input.
     _, engine = engine_with()
-    prompt = SYSTEM[:16]
-    run(engine, [prompt + [60]], max_gen=2)  # indexes blocks 0..3
     r = engine.create_request()
-    r.begin_turn(prompt[:6], turn_options(r, max_gen=2))  # adopts block 0; block 1 partly its own
-    drive(engine)
-    r.begin_turn(prompt[6:16], turn_options(r, max_gen=2))
-    drive(engine)
-    # Turn 2 began at 6 tokens, inside block 1 (tokens 4..7), which the first request indexed.
-    r.rewind_to_start_of_turn(2)
+    drive_turn(engine, r, SYSTEM[:13], 3)
+    drive_turn(engine, r, SYSTEM[13:22], 2)
+    r.rewind_to_start_of_turn(2)  # keeps SYSTEM[:13] and turn 1's 3 generated tokens: 16 tokens
     ogt.check_invariants(engine)
-    evs = drive_turn(engine, r, [61, 62], 5)
+    evs = drive_turn(engine, r, SYSTEM[13:20] + [61], 4)  # 24 tokens; blocks 0..4 match the old history
     seq = OracleSequence()
-    seq.turn(prompt[:6], max_gen=2)
-    assert [e.token for e in evs if e.flags & 1] == seq.turn([61, 62], max_gen=5)[0]
+    seq.turn(SYSTEM[:13], max_gen=3)
+    assert [e.token for e in evs if e.flags & 1] == seq.turn(SYSTEM[13:20] + [61], max_gen=4)[0]
+    assert evs[-1].usage[2] == 20 - 16  # 20 tokens adopted, 16 of them the kept history
 
 
 def drive_turn(engine, request, prompt, max_gen):
@@ -191,6 +189,13 @@ def test_continuation_turns_do_not_adopt():
     drive_turn(engine, r, [5], 2)
     evs = drive_turn(engine, r, SYSTEM[:20], 2)
     assert evs[-1].usage[2] == 0
+
+
+def test_prefix_caching_is_on_unless_the_config_says_false():
+    _, engine = engine_with(prefix_caching=None)  # no key: on, as in 0.18
+    run(engine, [SYSTEM[:20]])
+    ((_, usage),) = run(engine, [SYSTEM[:20]])
+    assert usage[2] == 16
 
 
 def test_prefix_caching_off_reports_no_cached_tokens():
