@@ -109,6 +109,13 @@ bool DynamicBatchScheduler::Consider(Request& request, bool newly_admitted, bool
       plan.cached_block_ids.push_back(block);  // capacity reserved for a full step
       parent = block;
     }
+    // Cache-aware admission: when a request still prefilling (resident, or admitted earlier in this
+    // plan) is computing more of this prompt's blocks than the index holds, wait for them to be
+    // indexed instead of computing the same blocks again.
+    if (cached < limit && SharesPendingPrefix(request, cached, limit, plan)) {
+      plan.cached_block_ids.resize(cached_begin);
+      return true;  // not a capacity shortage: later candidates are still considered
+    }
   }
   if (newly_admitted) {
     // Every committed resident, turn-complete ones included, holds a residency slot.
@@ -142,6 +149,28 @@ bool DynamicBatchScheduler::Consider(Request& request, bool newly_admitted, bool
   budget.tokens += 1;
   if (newly_admitted) ++budget.new_admissions;
   return true;
+}
+
+bool DynamicBatchScheduler::SharesPendingPrefix(const Request& request, size_t cached_blocks, size_t limit_blocks,
+                                                const StepPlan& plan) const {
+  const size_t block_size = cache_.block_size();
+  auto pending = [&](const Request& other) {
+    if (&other == &request || other.processed >= other.tokens.size()) return false;
+    // Full blocks both prompts share beyond what the index already offers, not yet committed by
+    // `other` (its processed tokens were indexed when their blocks filled).
+    const size_t needed = (cached_blocks + 1) * block_size;
+    if (other.tokens.size() < needed || other.processed >= needed) return false;
+    return std::equal(request.tokens.begin(), request.tokens.begin() + static_cast<std::ptrdiff_t>(needed),
+                      other.tokens.begin());
+  };
+  if (cached_blocks >= limit_blocks) return false;
+  for (const Request* resident : residents_) {
+    if (resident->status == RequestStatus::Assigned && pending(*resident)) return true;
+  }
+  for (const RequestStepPlan& row : plan.rows) {
+    if (row.newly_admitted && pending(*row.request)) return true;
+  }
+  return false;
 }
 
 void DynamicBatchScheduler::ScheduleDrafts(Budget& budget, StepPlan& plan) const {

@@ -7,7 +7,9 @@
 // a candidate that does not fit is skipped and later ones are still considered. Selected prefills then
 // grow, in order, up to their remaining prompt, search.chunk_size and max_scheduled_tokens. A new
 // prompt is admitted only when blocks for its whole prompt fit and the committed residents plus the
-// step's admissions stay within max_batch_size. Caller-supplied drafts are optional work: they get
+// step's admissions stay within max_batch_size. With prefix caching, a new prompt whose next block
+// another request is still prefilling waits for that block to be indexed rather than compute it
+// again. Caller-supplied drafts are optional work: they get
 // what budget is left after every mandatory token, before prefills grow. Sustained decode demand
 // can starve prefills.
 #pragma once
@@ -60,6 +62,10 @@ class DynamicBatchScheduler {
   // every selected row already holds its mandatory token and blocks).
   void ScheduleDrafts(Budget& budget, StepPlan& plan) const;
   void ExpandPrefills(StepPlan& plan) const;
+  // Prefix caching: whether a request still prefilling will index the block after this prompt's
+  // `cached_blocks` adoptable ones (so admitting it now would compute that block twice).
+  bool SharesPendingPrefix(const Request& request, size_t cached_blocks, size_t limit_blocks,
+                           const StepPlan& plan) const;
   void AssignPackedLayout(StepPlan& plan) const;
 
   SchedulerLimits limits_;

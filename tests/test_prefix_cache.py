@@ -69,14 +69,35 @@ def test_cached_prompt_tokens_count_full_blocks_and_leave_one_token(length):
     assert (usage[0], usage[2]) == (length, ((length - 1) // BLOCK) * BLOCK)  # at least one prompt token executes
 
 
-def test_duplicate_prompts_admitted_together_register_once_and_share_later():
+def test_prompts_submitted_together_wait_for_the_shared_blocks_and_adopt_them():
+    # Three requests with the same 14-token prompt (3 full blocks adoptable) submitted at once: the
+    # first computes the blocks, the others are admitted once they are indexed and adopt them.
     _, engine = engine_with()
     prompt = SYSTEM[:14]
-    first = run(engine, [prompt, prompt, prompt], close=False)
-    assert all(t == expected(prompt) for t, _ in first)
+    results = run(engine, [prompt, prompt, prompt + [40, 41]], close=False)
+    assert [tokens for tokens, _ in results] == [expected(prompt), expected(prompt), expected(prompt + [40, 41])]
+    assert [usage[2] for _, usage in results] == [0, 12, 12]
     ogt.check_invariants(engine)
     ((tokens, usage),) = run(engine, [prompt])
     assert tokens == expected(prompt) and usage[2] == 12
+
+
+def test_waiting_for_shared_blocks_does_not_hold_back_other_prompts():
+    _, engine = engine_with(max_scheduled_tokens=4)
+    shared = SYSTEM[:20]
+    other = [40 + i % 20 for i in range(10)]
+    r1 = engine.create_request()
+    r1.begin_turn(shared + [50], turn_options(r1, max_gen=3))
+    r2 = engine.create_request()
+    r2.begin_turn(shared + [51], turn_options(r2, max_gen=3))  # waits for r1's blocks
+    r3 = engine.create_request()
+    r3.begin_turn(other, turn_options(r3, max_gen=3))  # unrelated: admitted at once
+    buffer = engine.create_event_buffer(16)
+    engine.run(buffer)
+    assert ogt.engine_counters(engine)["resident_requests"] == 2 and ogt.engine_counters(engine)["waiting_requests"] == 1
+    evs = drive(engine, buffer)
+    assert [e.token for e in evs if e.request is r2 and e.flags & 1] == expected(shared + [51], 3)
+    assert [e for e in evs if e.request is r2][-1].usage[2] == 20
 
 
 def test_eviction_under_pressure_is_least_recently_released_first():
