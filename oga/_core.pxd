@@ -149,6 +149,8 @@ cdef extern from "oga/oga_ext.h" nogil:
         size_t max_block_table_columns
         size_t vocab_size
         size_t max_sequence_length
+        size_t window_ring_blocks
+        size_t window_blocks
 
     ctypedef struct OgaExtStaticStepInputs:
         size_t batch_size
@@ -170,6 +172,7 @@ cdef extern from "oga/oga_ext.h" nogil:
         const int32_t* attention_metadata
         const int32_t* logits_indices
         int32_t graph_eligible
+        const int32_t* block_table_windowed
 
     ctypedef struct OgaExtStepOutputs:
         const void* logits
@@ -190,6 +193,7 @@ cdef extern from "oga/oga_ext.h" nogil:
         void (*release_model)(void* model_data)
         OgaExtExecutionStatus (*execute_static)(void* engine_data, const OgaExtStaticStepInputs* inputs,
                                                 OgaExtStepOutputs* outputs, char* message, size_t message_capacity)
+        int32_t windowed_block_table
 
     ctypedef struct OgaExtDecoderNames:
         const char* model_directory

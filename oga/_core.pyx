@@ -1151,6 +1151,7 @@ cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtMod
                 "vocab_size": names.vocab_size,
             })
             executor.per_token_logits = 1 if decoder.per_token_logits else 0
+            executor.windowed_block_table = 1 if decoder.windowed_block_table else 0
             executor.max_block_table_columns = 0
             executor.bytes_per_block = decoder.bytes_per_block
         except BaseException as error:
@@ -1178,6 +1179,8 @@ cdef OgaExtExecutionStatus _onnx_open_engine(void* model_data, const OgaExtEngin
                 "max_block_table_columns": geometry.max_block_table_columns,
                 "vocab_size": geometry.vocab_size,
                 "max_sequence_length": geometry.max_sequence_length,
+                "window_ring_blocks": geometry.window_ring_blocks,
+                "window_blocks": geometry.window_blocks,
             })
         except MemoryError as error:
             _write_message(message, capacity, f"cannot allocate the KV cache: {error}")
@@ -1199,7 +1202,7 @@ cdef OgaExtExecutionStatus _onnx_execute(void* engine_data, const OgaExtStepInpu
                 inputs.num_rows, inputs.num_tokens, <size_t>inputs.input_ids, <size_t>inputs.position_ids,
                 <size_t>inputs.cumulative_sequence_lengths, <size_t>inputs.past_sequence_lengths,
                 <size_t>inputs.block_table, inputs.block_table_columns, <size_t>inputs.attention_metadata,
-                <size_t>inputs.logits_indices)
+                <size_t>inputs.logits_indices, <size_t>inputs.block_table_windowed)
             if status != 0:
                 _write_message(message, capacity, text)
                 return status

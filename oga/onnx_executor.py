@@ -150,6 +150,7 @@ class OnnxDecoder:
             self._fail(n["logits"], f"vocab dimension {n['vocab_size']} (model.vocab_size)", f"has shape {logits.shape}")
         # OGA's convention: a first logits dimension named batch_size means one row per request.
         self.per_token_logits = not self.has_logits_indices and logits.shape[0] != "batch_size"
+        self.windowed_block_table = False  # ring layers are refused above
         self._validate_caches()
 
     def _validate_caches(self):
@@ -194,6 +195,7 @@ class OnnxDecoder:
         logits = self._check(self.outputs, n["logits"], ("tensor(float)", "tensor(float16)"), 3, "output")
         self.logits_dtype = _ORT_TYPES[logits.type]
         self.per_token_logits = False
+        self.windowed_block_table = False
         geometry = None
         for past_k, past_v, present_k, present_v in zip(n["past_key_names"], n["past_value_names"],
                                                          n["present_key_names"], n["present_value_names"]):
@@ -261,7 +263,7 @@ class OnnxEngineExecutor:
             self._bound[name] = key
 
     def execute(self, num_rows, num_tokens, input_ids, position_ids, cumulative, past, block_table, columns,
-                attention_metadata, logits_indices):
+                attention_metadata, logits_indices, block_table_windowed=0):
         """Binds this step's packed buffers (addresses owned by the engine) and runs the session.
         Returns (status, message, logits address, rows)."""
         n = self.names

@@ -46,6 +46,11 @@ typedef struct OgaExtEngineGeometry {
   /* Static batching only (block_size == 0): tokens one row's contiguous cache holds
    * (search.max_length). 0 on the dynamic path. */
   size_t max_sequence_length;
+  /* Sliding-window ring (model.decoder.sliding_window with block_table_windowed): ring blocks per
+   * request R = ceil((C + W - 1) / block_size), and the size of the separate window block pool the
+   * ring layers' caches hold ([window_blocks, block_size, ...] per ring layer). 0 = no ring. */
+  size_t window_ring_blocks;
+  size_t window_blocks;
 } OgaExtEngineGeometry;
 
 /* One packed step. Arrays live in engine-owned buffers preallocated at the configured limits;
@@ -62,6 +67,9 @@ typedef struct OgaExtStepInputs {
   const int32_t* attention_metadata;          /* [3] max_query_len, max_kv_len, max_kv_len lower bound */
   const int32_t* logits_indices;              /* [num_rows] packed token index whose logits row is needed */
   int32_t graph_eligible;                     /* 1: pure decode, one token per row */
+  /* [num_rows, block_table_columns] the ring layers' table: entry j is the row's ring block j mod R,
+   * so position p lives in ring slot p mod (R * block_size). NULL without a ring. */
+  const int32_t* block_table_windowed;
 } OgaExtStepInputs;
 
 /* One step of a static (contiguous-cache) batch: every resident row takes part, right-padded.
@@ -108,6 +116,9 @@ typedef struct OgaExtModelExecutor {
    * row per batch row. NULL: the executor has no static path and such engines are refused. */
   OgaExtExecutionStatus (*execute_static)(void* engine_data, const OgaExtStaticStepInputs* inputs,
                                           OgaExtStepOutputs* outputs, char* message, size_t message_capacity);
+  /* Capability: the decoder takes block_table_windowed, i.e. its model.decoder.sliding_window
+   * layers keep a ring of blocks (see OgaExtEngineGeometry). */
+  int32_t windowed_block_table;
 } OgaExtModelExecutor;
 
 /* Creates a model from a genai_config.json document (text) and an executor. The executor table is
