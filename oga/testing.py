@@ -47,6 +47,7 @@ def create_test_model(
     per_token_logits=False,
     max_block_table_columns=0,
     prefix_caching=False,
+    sliding_window=None,
     search=None,
 ):
     """Builds a genai_config document for the built-in test executor and creates the model
@@ -54,7 +55,9 @@ def create_test_model(
     ``max_scheduled_tokens=None`` and ``chunk_size=None`` omit their keys; ``search`` entries
     override the search section. ``prefix_caching`` is written as engine.dynamic_batching.prefix_caching
     (default False, so usage counts stay independent of earlier requests); None omits the key, which
-    means on, as in onnxruntime-genai 0.18."""
+    means on, as in onnxruntime-genai 0.18. ``sliding_window=(window_size, layers)`` makes a 2-layer
+    decoder whose ``layers`` keep a sliding-window ring (needs ``chunk_size``), which the test executor
+    checks position by position."""
     search_section = {"max_length": max_length or context_length, "do_sample": False}
     if chunk_size is not None:
         search_section["chunk_size"] = chunk_size
@@ -83,6 +86,12 @@ def create_test_model(
             "max_block_table_columns": max_block_table_columns,
         },
     }
+    if sliding_window is not None:
+        # (window_size, ring layers of a 2-layer decoder): the executor checks the engine's ring.
+        window_size, layers = sliding_window
+        config["model"]["decoder"] = {"num_hidden_layers": 2,
+                                      "sliding_window": {"window_size": window_size, "layers": list(layers)}}
+        config["test_model"]["windowed_block_table"] = True
     return _core._test_model_create(json.dumps(config))
 
 

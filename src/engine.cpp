@@ -121,9 +121,47 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   const size_t table_columns = static_cast<size_t>((max_request_length + block_size - 1) / block_size);
   const size_t executor_columns = model->executor().max_block_table_columns;
   limits.max_block_table_columns = executor_columns > 0 ? std::min(table_columns, executor_columns) : table_columns;
+  // Sliding-window ring (seed: "Sliding-window paged layers"): the decoder takes
+  // block_table_windowed for its model.decoder.sliding_window layers.
+  size_t ring_blocks = 0;
+  if (model->executor().windowed_block_table != 0) {
+    const DecoderConfig& decoder = config.decoder;
+    if (!decoder.sliding_window || decoder.sliding_window->layers.empty()) {
+      throw ApiError("The decoder takes " + decoder.inputs.block_table_windowed +
+                     ", but model.decoder.sliding_window names no layers to keep in a ring.");
+    }
+    if (config.search.chunk_size <= 0) {
+      throw ApiError(
+          "This model holds its sliding-window layers in a ring of blocks, which only works if the prefill is chunked. "
+          "Set search.chunk_size in genai_config.json.");
+    }
+    size_t full_layers = 0;
+    for (const StateGroup& group : EffectiveStateGroups(decoder)) {
+      if (group.kind != StateGroupKind::kPagedKv) continue;
+      for (int32_t layer : group.layer_ids) {
+        const std::vector<int32_t>& ring = decoder.sliding_window->layers;
+        if (std::find(ring.begin(), ring.end(), layer) == ring.end()) ++full_layers;
+      }
+    }
+    if (full_layers == 0) throw ApiError("A paged model needs at least one layer that keeps the whole sequence.");
+    if (batching.prefix_caching.value_or(false)) {
+      throw ApiError(
+          "Prefix caching does not yet support sliding-window rings. Set engine.dynamic_batching.prefix_caching to "
+          "false.");
+    }
+    const uint64_t chunk = static_cast<uint64_t>(config.search.chunk_size);
+    const uint64_t window = static_cast<uint64_t>(decoder.sliding_window->window_size);
+    ring_blocks = static_cast<size_t>((chunk + window - 1 + block_size - 1) / block_size);
+    limits.max_query_tokens = static_cast<size_t>(chunk);
+  }
+  limits.prefix_caching = ring_blocks == 0 && batching.prefix_caching.value_or(true);
+  limits.window_ring_blocks = ring_blocks;
   // Drafts need one logits row per packed token, and room for them beside the mandatory token.
   if (model->executor().per_token_logits != 0 && limits.max_scheduled_tokens > 1) {
     limits.max_draft_tokens = std::min(kMaxDraftTokens, limits.max_scheduled_tokens - 1);
+    if (limits.max_query_tokens > 0) {
+      limits.max_draft_tokens = std::min(limits.max_draft_tokens, limits.max_query_tokens - 1);
+    }
   }
 
   std::shared_ptr<Engine> engine(new Engine(std::move(model), limits, static_cast<size_t>(block_size),
@@ -135,6 +173,8 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   geometry.max_scheduled_tokens = limits.max_scheduled_tokens;
   geometry.max_block_table_columns = table_columns;
   geometry.vocab_size = engine->vocab_size_;
+  geometry.window_ring_blocks = ring_blocks;
+  geometry.window_blocks = ring_blocks * limits.max_batch_size;  // one fixed ring per block table
   engine->executor_.Open(engine->model_->executor(), geometry);
   return engine;
 }
@@ -182,10 +222,9 @@ Engine::Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size
       eos_ids_(model_->config().eos_token_ids),
       vocab_size_(static_cast<size_t>(model_->config().vocab_size)),
       cache_(block_size, num_blocks, limits.max_batch_size,
-             static_cast<size_t>((max_request_length + block_size - 1) / block_size),
-             model_->config().dynamic_batching && model_->config().dynamic_batching->prefix_caching),
+             static_cast<size_t>((max_request_length + block_size - 1) / block_size), limits.prefix_caching),
       scheduler_(limits, cache_),
-      io_(limits.max_batch_size, limits.max_scheduled_tokens, cache_.max_columns()),
+      io_(limits.max_batch_size, limits.max_scheduled_tokens, cache_.max_columns(), limits.window_ring_blocks),
       pending_(limits.max_batch_size * 8 + 1),
       // Small vocabularies select in microseconds: waking workers would cost more than it saves.
       workers_(vocab_size_ >= kParallelSelectionVocabulary ? RowWorkers::DefaultParticipants() : 1) {

@@ -540,6 +540,8 @@ void ParseTestModelSection(const Value& test_model, ModelConfig& config) {
       config.test_per_token_logits = ReadBool(member.value, member.key);
     } else if (member.key == "max_block_table_columns") {
       config.test_max_block_table_columns = ReadNonNegativeInt(member.value, member.key);
+    } else if (member.key == "windowed_block_table") {
+      config.test_windowed_block_table = ReadBool(member.value, member.key);
     } else {
       FailUnknownKey("test_model", member);
     }

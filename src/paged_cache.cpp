@@ -21,6 +21,7 @@ PagedKeyValueCache::PagedKeyValueCache(size_t block_size, size_t num_blocks, siz
   for (size_t i = max_residents; i > 0; --i) free_tables_.push_back(static_cast<int32_t>(i - 1));
   reserved_.reserve(num_blocks);
   reserved_begin_.reserve(max_residents + 1);
+  reserved_tables_.reserve(max_residents);
 }
 
 size_t PagedKeyValueCache::OwnedBlocks(const Request& request) const {
@@ -48,7 +49,13 @@ void PagedKeyValueCache::Reserve(const StepPlan& plan) {
   }
   reserved_.clear();
   reserved_begin_.clear();
+  reserved_tables_.clear();
+  size_t admissions = 0;
   for (const RequestStepPlan& row : plan.rows) {
+    // Commit hands admissions the free tables from the back of the stack, in row order.
+    int32_t slot = row.request->cache_slot;
+    if (slot < 0 && admissions < free_tables_.size()) slot = free_tables_[free_tables_.size() - 1 - admissions++];
+    reserved_tables_.push_back(slot);
     reserved_begin_.push_back(reserved_.size());
     for (size_t i = 0; i < row.cached_blocks; ++i) reserved_.push_back(plan.cached_block_ids[row.cached_begin + i]);
     for (size_t i = 0; i < row.new_blocks; ++i) reserved_.push_back(TakeBlock());
@@ -95,6 +102,10 @@ void PagedKeyValueCache::WriteBlockTable(const StepPlan& plan, int32_t* out, siz
   }
 }
 
+int32_t PagedKeyValueCache::TableSlot(size_t row) const {
+  return row < reserved_tables_.size() ? reserved_tables_[row] : -1;
+}
+
 void PagedKeyValueCache::ValidateCommit(const StepPlan& plan) const {
   if (!reservation_live_) throw ContractError("commit without a live paged-cache reservation");
   if (reserved_begin_.size() != plan.rows.size() + 1) {
@@ -138,7 +149,7 @@ void PagedKeyValueCache::Commit(const StepPlan& plan) {
     const RequestStepPlan& row = plan.rows[r];
     Request& request = *row.request;
     if (request.cache_slot < 0) {
-      request.cache_slot = free_tables_.back();
+      request.cache_slot = free_tables_.back();  // == reserved_tables_[r]
       free_tables_.pop_back();
       BlockTable& table = tables_[static_cast<size_t>(request.cache_slot)];
       table.owner = &request;

@@ -58,6 +58,9 @@ class PagedKeyValueCache {
   bool reservation_live() const { return reservation_live_; }
   // Writes the combined (committed + reserved) table of every plan row, -1 padded to `columns`.
   void WriteBlockTable(const StepPlan& plan, int32_t* out, size_t columns) const;
+  // The block table a plan row has (or gets at commit, for an admission) during the live
+  // reservation: it also names the row's sliding-window ring blocks.
+  int32_t TableSlot(size_t row) const;
   // Checks every precondition of Commit without changing anything; throws ContractError.
   void ValidateCommit(const StepPlan& plan) const;
   // Publishes the reservation: reserved blocks join their tables, committed slots advance, new
@@ -95,6 +98,7 @@ class PagedKeyValueCache {
   std::vector<int32_t> free_tables_;
   std::vector<int32_t> reserved_;      // blocks of the live reservation, in take order
   std::vector<size_t> reserved_begin_; // per plan row: first index into reserved_ (adopted blocks first)
+  std::vector<int32_t> reserved_tables_;  // per plan row: its table slot (admissions: the one Commit gives)
   std::vector<int32_t> refs_;          // per block: tables and reservation entries holding it
   std::unique_ptr<PrefixCache> prefix_;  // null without prefix caching
   bool reservation_live_ = false;

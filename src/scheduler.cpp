@@ -180,6 +180,7 @@ void DynamicBatchScheduler::ScheduleDrafts(Budget& budget, StepPlan& plan) const
     const Request& request = *row.request;
     if (row.prefill || request.draft_tokens.empty() || budget.tokens >= limits_.max_scheduled_tokens) continue;
     size_t drafts = std::min(request.draft_tokens.size(), limits_.max_draft_tokens);
+    if (limits_.max_query_tokens > 0) drafts = std::min(drafts, limits_.max_query_tokens - row.token_count);
     drafts = std::min(drafts, limits_.max_scheduled_tokens - budget.tokens);
     // Tokens past the session or the turn's cap would be discarded: do not verify them.
     const size_t length = request.tokens.size();  // the pending token included
@@ -215,6 +216,8 @@ void DynamicBatchScheduler::ExpandPrefills(StepPlan& plan) const {
     size_t cap = row.remaining();
     const int64_t chunk_size = row.request->search.chunk_size;
     if (chunk_size > 0) cap = std::min(cap, static_cast<size_t>(chunk_size));
+    // A ring's chunk is a physical limit: a larger request chunk is capped to it.
+    if (limits_.max_query_tokens > 0) cap = std::min(cap, limits_.max_query_tokens);
     const size_t extra = std::min(cap - row.token_count, spare);
     row.token_count += extra;
     spare -= extra;

@@ -29,6 +29,10 @@ struct SchedulerLimits {
   size_t max_scheduled_tokens = 0;  // packed tokens per step
   size_t max_block_table_columns = 0;
   size_t max_draft_tokens = 0;      // per proposal; 0 = the executor cannot verify drafts
+  size_t max_query_tokens = 0;      // per row and step (the sliding-window ring's chunk C); 0 = none
+  // Engine-wide cache configuration the scheduler's collaborators are built with.
+  bool prefix_caching = false;
+  size_t window_ring_blocks = 0;    // R per block table; 0 = no sliding-window ring
 };
 
 class DynamicBatchScheduler {

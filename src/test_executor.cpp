@@ -13,6 +13,13 @@
 // with G = 0x9E3779B97F4A7C15 and Mix the splitmix64 finalizer. So the greedy stream of a sequence
 // is fixed by its tokens alone, whatever the batch, and a slot that does not hold the position the
 // block table claims (a packing, reservation or commit bug) is reported as a fatal failure.
+//
+// With "test_model": {"windowed_block_table": true} and model.decoder.sliding_window, it also keeps
+// a sliding-window ring as a real ring layer would: every token is written to its ring slot through
+// block_table_windowed, and a query at position p must find each of the W - 1 positions before it
+// still in its ring slot (an undersized ring, or a ring table that maps a position elsewhere, is a
+// fatal failure).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -51,6 +58,8 @@ struct CacheSlot {
 struct TestEngineState {
   OgaExtEngineGeometry geometry{};
   std::vector<CacheSlot> slots;  // [num_blocks * block_size]
+  std::vector<int64_t> ring;     // [window_blocks * block_size] positions; empty without a ring
+  size_t window = 0;
   std::vector<float> logits;     // [max_scheduled_tokens, vocab]
   bool per_token_logits = false;
   std::shared_ptr<FaultInjector> faults;
@@ -68,6 +77,14 @@ OgaExtExecutionStatus OpenEngine(void* model_data, const OgaExtEngineGeometry* g
     auto state = std::make_unique<TestEngineState>();
     state->geometry = *geometry;
     state->slots.assign(geometry->num_blocks * geometry->block_size, CacheSlot{-1, 0});
+    if (model->config.test_windowed_block_table) {
+      if (geometry->window_blocks == 0 || !model->config.decoder.sliding_window) {
+        WriteMessage(message, message_capacity, "test executor: a windowed model needs the engine's ring geometry");
+        return OgaExtExecutionStatus_Fatal;
+      }
+      state->ring.assign(geometry->window_blocks * geometry->block_size, -1);
+      state->window = static_cast<size_t>(model->config.decoder.sliding_window->window_size);
+    }
     state->per_token_logits = model->config.test_per_token_logits;
     // One logits row per packed token for per-token decoders, otherwise one per request.
     const size_t logits_rows = state->per_token_logits ? geometry->max_scheduled_tokens : geometry->max_batch_size;
@@ -79,6 +96,39 @@ OgaExtExecutionStatus OpenEngine(void* model_data, const OgaExtEngineGeometry* g
     WriteMessage(message, message_capacity, "test executor: cannot allocate its paged token store");
     return OgaExtExecutionStatus_CapacityExceeded;
   }
+}
+
+// The ring slot of `position` in row `r`, or -1 when the windowed table does not map it.
+int64_t RingSlot(const TestEngineState& engine, const OgaExtStepInputs& in, size_t r, int64_t position) {
+  const size_t block_size = engine.geometry.block_size;
+  const size_t column = static_cast<size_t>(position) / block_size;
+  if (in.block_table_windowed == nullptr || column >= in.block_table_columns) return -1;
+  const int32_t block = in.block_table_windowed[r * in.block_table_columns + column];
+  if (block < 0 || static_cast<size_t>(block) >= engine.geometry.window_blocks) return -1;
+  return static_cast<int64_t>(static_cast<size_t>(block) * block_size + static_cast<size_t>(position) % block_size);
+}
+
+// Writes the row's `count` positions from `first` into the ring, then checks that each of them
+// still finds the W - 1 positions before it.
+std::string CheckRing(TestEngineState& engine, const OgaExtStepInputs& in, size_t r, int64_t first, int64_t count) {
+  for (int64_t position = first; position < first + count; ++position) {
+    const int64_t slot = RingSlot(engine, in, r, position);
+    if (slot < 0) {
+      return "test executor: block_table_windowed of row " + std::to_string(r) + " does not map position " +
+             std::to_string(position);
+    }
+    engine.ring[static_cast<size_t>(slot)] = position;
+  }
+  for (int64_t position = first; position < first + count; ++position) {
+    for (int64_t k = std::max<int64_t>(0, position - static_cast<int64_t>(engine.window) + 1); k < position; ++k) {
+      const int64_t slot = RingSlot(engine, in, r, k);
+      if (slot < 0 || engine.ring[static_cast<size_t>(slot)] != k) {
+        return "test executor: row " + std::to_string(r) + " at position " + std::to_string(position) +
+               " lost window position " + std::to_string(k) + " from its sliding-window ring";
+      }
+    }
+  }
+  return std::string();
 }
 
 void WriteLogits(uint64_t state, size_t vocab, float* row) {
@@ -119,6 +169,14 @@ OgaExtExecutionStatus Execute(void* engine_data, const OgaExtStepInputs* in, Oga
         return OgaExtExecutionStatus_Fatal;
       }
       state = previous->state;
+    }
+    if (!engine->ring.empty()) {
+      // As a ring layer does: the step's keys are written first, then every query reads its window.
+      const std::string failure = CheckRing(*engine, *in, r, past, static_cast<int64_t>(end - begin));
+      if (!failure.empty()) {
+        WriteMessage(message, message_capacity, failure);
+        return OgaExtExecutionStatus_Fatal;
+      }
     }
     for (size_t i = begin; i < end; ++i) {
       const int64_t position = past + static_cast<int64_t>(i - begin);
@@ -181,6 +239,7 @@ std::shared_ptr<Model> CreateTestModel(const std::string& config_json) {
   OgaExtModelExecutor executor{};
   executor.per_token_logits = config.test_per_token_logits ? 1 : 0;
   executor.max_block_table_columns = static_cast<size_t>(config.test_max_block_table_columns);
+  executor.windowed_block_table = config.test_windowed_block_table ? 1 : 0;
   executor.model_data = data.get();
   executor.open_engine = OpenEngine;
   executor.execute = Execute;

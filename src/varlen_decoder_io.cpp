@@ -7,13 +7,15 @@
 
 namespace oga {
 
-VarlenDecoderIO::VarlenDecoderIO(size_t max_rows, size_t max_tokens, size_t max_columns)
+VarlenDecoderIO::VarlenDecoderIO(size_t max_rows, size_t max_tokens, size_t max_columns, size_t ring_blocks)
     : input_ids_(max_tokens),
       position_ids_(max_tokens),
       cumulative_sequence_lengths_(max_rows + 1),
       past_sequence_lengths_(max_rows),
       block_table_(max_rows * max_columns),
-      logits_indices_(max_rows) {}
+      logits_indices_(max_rows),
+      ring_blocks_(ring_blocks),
+      block_table_windowed_(ring_blocks > 0 ? max_rows * max_columns : 0) {}
 
 const OgaExtStepInputs& VarlenDecoderIO::Pack(const StepPlan& plan, const PagedKeyValueCache& cache) {
   if (plan.rows.size() > past_sequence_lengths_.size() || plan.num_tokens > input_ids_.size() ||
@@ -52,6 +54,15 @@ const OgaExtStepInputs& VarlenDecoderIO::Pack(const StepPlan& plan, const PagedK
     max_kv = std::max(max_kv, row.processed_before + packed);
   }
   cache.WriteBlockTable(plan, block_table_.data(), plan.block_table_columns);
+  if (ring_blocks_ > 0) {
+    for (size_t r = 0; r < plan.rows.size(); ++r) {
+      const int32_t table = cache.TableSlot(r);
+      if (table < 0) throw ContractError("a planned row has no block table for its sliding-window ring");
+      const size_t base = static_cast<size_t>(table) * ring_blocks_;
+      int32_t* row_out = block_table_windowed_.data() + r * plan.block_table_columns;
+      for (size_t j = 0; j < plan.block_table_columns; ++j) row_out[j] = static_cast<int32_t>(base + j % ring_blocks_);
+    }
+  }
   // Eager steps report exact bounds: the lower bound equals the upper bound.
   attention_metadata_[0] = static_cast<int32_t>(max_query);
   attention_metadata_[1] = static_cast<int32_t>(max_kv);
@@ -68,6 +79,7 @@ const OgaExtStepInputs& VarlenDecoderIO::Pack(const StepPlan& plan, const PagedK
   inputs_.attention_metadata = attention_metadata_;
   inputs_.logits_indices = logits_indices_.data();
   inputs_.graph_eligible = plan.graph_eligible ? 1 : 0;
+  inputs_.block_table_windowed = ring_blocks_ > 0 ? block_table_windowed_.data() : nullptr;
   return inputs_;
 }
 

@@ -8,6 +8,8 @@
 //   block_table                  committed + reserved blocks per row, -1 padded
 //   attention_metadata           [max query length, max KV length, KV lower bound] (eager: exact)
 //   logits_indices               packed row of each request's last token
+//   block_table_windowed         sliding-window ring: entry j = the row's ring block j mod R
+//                                (ring blocks are fixed per block table: table t owns [t*R, t*R + R))
 #pragma once
 
 #include <cstddef>
@@ -22,7 +24,8 @@ namespace oga {
 
 class VarlenDecoderIO {
  public:
-  VarlenDecoderIO(size_t max_rows, size_t max_tokens, size_t max_columns);
+  // `ring_blocks` R > 0 gives every row a sliding-window ring of R blocks; 0 = no ring.
+  VarlenDecoderIO(size_t max_rows, size_t max_tokens, size_t max_columns, size_t ring_blocks = 0);
 
   // Fills the buffers for `plan` and returns the view the executor receives.
   const OgaExtStepInputs& Pack(const StepPlan& plan, const PagedKeyValueCache& cache);
@@ -35,6 +38,8 @@ class VarlenDecoderIO {
   std::vector<int32_t> past_sequence_lengths_;
   std::vector<int32_t> block_table_;
   std::vector<int32_t> logits_indices_;
+  size_t ring_blocks_;
+  std::vector<int32_t> block_table_windowed_;
   int32_t attention_metadata_[3] = {0, 0, 0};
   OgaExtStepInputs inputs_{};
 };

@@ -19,7 +19,8 @@ from helpers import (
 
 class Geometry(Structure):
     _fields_ = [(n, c_size_t) for n in ("block_size", "num_blocks", "max_batch_size", "max_scheduled_tokens",
-                                        "max_block_table_columns", "vocab_size", "max_sequence_length")]
+                                        "max_block_table_columns", "vocab_size", "max_sequence_length",
+                                        "window_ring_blocks", "window_blocks")]
 
 
 class StepInputs(Structure):
@@ -29,7 +30,7 @@ class StepInputs(Structure):
         ("cumulative_sequence_lengths", POINTER(c_int32)), ("past_sequence_lengths", POINTER(c_int32)),
         ("block_table", POINTER(c_int32)), ("block_table_columns", c_size_t),
         ("attention_metadata", POINTER(c_int32)), ("logits_indices", POINTER(c_int32)),
-        ("graph_eligible", c_int32),
+        ("graph_eligible", c_int32), ("block_table_windowed", POINTER(c_int32)),
     ]
 
 
@@ -48,7 +49,7 @@ class Executor(Structure):
     _fields_ = [("per_token_logits", c_int32), ("max_block_table_columns", c_size_t), ("bytes_per_block", c_size_t),
                 ("model_data", c_void_p),
                 ("open_engine", OPEN), ("execute", EXECUTE), ("close_engine", CLOSE), ("release_model", RELEASE),
-                ("execute_static", c_void_p)]
+                ("execute_static", c_void_p), ("windowed_block_table", c_int32)]
 
 
 class PyExecutor:
@@ -184,7 +185,7 @@ def test_python_executor_reproduces_the_oracle(lib, per_token):
     h, buf = make(lib, ex, max_scheduled_tokens=6)
     assert ex.opened == [dict(block_size=4, num_blocks=64, max_batch_size=4, max_scheduled_tokens=6,
                               max_block_table_columns=ex.opened[0]["max_block_table_columns"], vocab_size=64,
-                              max_sequence_length=0)]
+                              max_sequence_length=0, window_ring_blocks=0, window_blocks=0)]
     reqs = [h.request() for _ in PROMPTS]
     for r, p in zip(reqs, PROMPTS):
         h.begin(r, p, max_gen=5)
