@@ -7,6 +7,11 @@ zeroed, and bound as both the cache input and the cache output of every layer, s
 updates them in place (the graph must produce each present cache straight out of ScatterND). The
 logits land in a buffer allocated once at the configured row limit.
 
+Sliding-window ring layers: when the graph takes `block_table_windowed`, the layers named by
+model.decoder.sliding_window keep their KV in a ring; their caches are
+[window_blocks, block_size, kv_heads, head_size] (window_blocks from the engine geometry), bound
+the same way, and every step binds the engine's windowed block table next to the full one.
+
 The Cython trampolines in _core.pyx call `load_decoder` (at OgaCreateModel) and the methods of
 `OnnxDecoder` / `OnnxEngineExecutor` (at engine creation and at every step).
 """
@@ -140,9 +145,7 @@ class OnnxDecoder:
                                  "(model.decoder.inputs.logits_indices).")
         if self.has_logits_indices:
             self._check(self.inputs, n["logits_indices"], ("tensor(int32)",), 1, "input")
-        if n["block_table_windowed"] in self.inputs:
-            raise ModelLoadError(f"{self.path}: sliding-window paged layers ('{n['block_table_windowed']}') "
-                                 "are not supported yet by oga.")
+        self._validate_window()
         logits = self._check(self.outputs, n["logits"], ("tensor(float)", "tensor(float16)"), 2, "output")
         self.logits_dtype = _ORT_TYPES[logits.type]
         vocab = logits.shape[1]
@@ -150,8 +153,31 @@ class OnnxDecoder:
             self._fail(n["logits"], f"vocab dimension {n['vocab_size']} (model.vocab_size)", f"has shape {logits.shape}")
         # OGA's convention: a first logits dimension named batch_size means one row per request.
         self.per_token_logits = not self.has_logits_indices and logits.shape[0] != "batch_size"
-        self.windowed_block_table = False  # ring layers are refused above
         self._validate_caches()
+
+    def _validate_window(self):
+        """Sliding-window ring layers: the graph takes block_table_windowed, and the layers that
+        model.decoder.sliding_window names keep their caches in the ring."""
+        n = self.names
+        name = n["block_table_windowed"]
+        self.windowed_block_table = bool(name) and name in self.inputs
+        self.ring_layers = frozenset()
+        if not self.windowed_block_table:
+            return  # sliding-window layers (if any) keep the full cache; the graph masks them
+        self._check(self.inputs, name, ("tensor(int32)",), 2, "input")
+        window = self.decoder_config.get("sliding_window") or {}
+        layers = window.get("layers") if isinstance(window, dict) else None
+        if not layers:
+            raise ModelLoadError(f"{self.path}: the graph takes '{name}' (model.decoder.inputs.block_table_windowed), "
+                                 "but model.decoder.sliding_window names no layers to keep in the ring.")
+        paged = set(n["paged_layer_ids"])
+        outside = sorted(set(layers) - paged)
+        if outside:
+            raise ModelLoadError(f"{self.path}: sliding-window layers {outside} are not paged_kv layers.")
+        self.ring_layers = frozenset(int(i) for i in layers)
+        if self.ring_layers >= paged:
+            raise ModelLoadError(f"{self.path}: every paged layer is a sliding-window ring layer; a paged model "
+                                 "needs at least one layer that keeps the whole sequence.")
 
     def _validate_caches(self):
         n = self.names
@@ -181,7 +207,12 @@ class OnnxDecoder:
             raise ModelLoadError(f"{self.path}: the paged_kv group has no layers.")
         self.cache_geometry = geometry  # (block_size, kv_heads, head_size)
         element = np.dtype(self.cache_dtype).itemsize
-        self.bytes_per_block = int(np.prod(geometry)) * element * 2 * len(n["paged_layer_ids"])
+        ring = sum(1 for layer in n["paged_layer_ids"] if layer in self.ring_layers)
+        # A block of the full pool spans the full layers only (reference E.4: L_full); the ring
+        # layers' blocks come from the separate window pool.
+        layer_bytes = int(np.prod(geometry)) * element * 2
+        self.bytes_per_block = layer_bytes * (len(n["paged_layer_ids"]) - ring)
+        self.bytes_per_window_block = layer_bytes * ring
 
     def _validate_static(self):
         """Static batching (no engine.dynamic_batching): OGA's CPU decoders, GroupQueryAttention over
@@ -196,6 +227,7 @@ class OnnxDecoder:
         self.logits_dtype = _ORT_TYPES[logits.type]
         self.per_token_logits = False
         self.windowed_block_table = False
+        self.ring_layers = frozenset()
         geometry = None
         for past_k, past_v, present_k, present_v in zip(n["past_key_names"], n["past_value_names"],
                                                          n["present_key_names"], n["present_value_names"]):
@@ -231,9 +263,17 @@ class OnnxEngineExecutor:
     live = weakref.WeakSet()
 
     def __init__(self, decoder, geometry):
+        n = decoder.names
+        self.windowed = decoder.windowed_block_table
+        if self.windowed and not (geometry.get("window_blocks") and geometry.get("window_ring_blocks")):
+            raise RuntimeError(
+                f"{decoder.path}: the decoder keeps its sliding-window layers {sorted(decoder.ring_layers)} in a ring "
+                f"of blocks ('{n['block_table_windowed']}'), but the engine allocated no window blocks "
+                f"(window_blocks {geometry.get('window_blocks', 0)}, window_ring_blocks "
+                f"{geometry.get('window_ring_blocks', 0)}); the ring needs dynamic batching with "
+                "search.chunk_size > 0.")
         OnnxEngineExecutor.live.add(self)
         self.decoder = decoder
-        n = decoder.names
         self.session = decoder.session
         self.binding = self.session.io_binding()
         # (address, shape) bound to each name, so an input whose buffer and shape did not change
@@ -241,11 +281,18 @@ class OnnxEngineExecutor:
         self._bound = {}
         self.vocab = n["vocab_size"]
         shape = (geometry["num_blocks"],) + tuple(decoder.cache_geometry)
+        ring_shape = (geometry.get("window_blocks", 0),) + tuple(decoder.cache_geometry)
         self.caches = []
-        for past_k, past_v, present_k, present_v in zip(n["past_key_names"], n["past_value_names"],
-                                                         n["present_key_names"], n["present_value_names"]):
-            for past, present in ((past_k, present_k), (past_v, present_v)):
-                cache = np.zeros(shape, dtype=decoder.cache_dtype)
+        # {(layer id, "key" | "value"): cache}: every paged layer's cache (the same arrays as
+        # self.caches); a sliding-window ring layer's holds window_blocks blocks
+        self.layer_caches = {}
+        for layer, past_k, past_v, present_k, present_v in zip(
+                n["paged_layer_ids"], n["past_key_names"], n["past_value_names"], n["present_key_names"],
+                n["present_value_names"]):
+            ring = layer in decoder.ring_layers
+            for kind, past, present in (("key", past_k, present_k), ("value", past_v, present_v)):
+                cache = np.zeros(ring_shape if ring else shape, dtype=decoder.cache_dtype)
+                self.layer_caches[(layer, kind)] = cache
                 self.caches.append(cache)
                 self._bind_input(past, cache.dtype, cache.shape, cache.ctypes.data)
                 self.binding.bind_output(present, "cpu", 0, cache.dtype, cache.shape, cache.ctypes.data)
@@ -272,6 +319,11 @@ class OnnxEngineExecutor:
         bind(n["cumulative_sequence_lengths"], np.int32, (num_rows + 1,), cumulative)
         bind(n["past_sequence_lengths"], np.int32, (num_rows,), past)
         bind(n["block_table"], np.int32, (num_rows, columns), block_table)
+        if self.windowed:
+            if not block_table_windowed:
+                return STATUS_FATAL, (f"the decoder keeps sliding-window layers in a ring, but the step has no "
+                                      f"'{n['block_table_windowed']}'"), 0, 0
+            bind(n["block_table_windowed"], np.int32, (num_rows, columns), block_table_windowed)
         if self.decoder.has_position_ids:
             bind(n["position_ids"], np.int64, (num_tokens,), position_ids)
         if self.decoder.has_attention_metadata:

@@ -37,6 +37,9 @@ def make_parser() -> argparse.ArgumentParser:
                         help="emit logits for every packed token (draft verification)")
     logits.add_argument("--logits-indices", action="store_true",
                         help="add a logits_indices input selecting the rows that reach the LM head")
+    b.add_argument("--chunk-size", type=_positive,
+                   help="search.chunk_size: max query tokens per request and step (required with "
+                        "--sliding-window-layers)")
     r = b.add_argument_group("random model shape (with --random)")
     r.add_argument("--architecture", choices=("llama", "qwen2", "mistral"), default="llama")
     r.add_argument("--layers", type=_positive, default=2)
@@ -47,8 +50,21 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("--vocab", type=_positive, default=256)
     r.add_argument("--intermediate", type=_positive, help="default 4 x hidden")
     r.add_argument("--max-position", type=_positive, default=4096, help="model context length")
+    r.add_argument("--sliding-window", type=_positive, metavar="W",
+                   help="attention window of the windowed layers (every layer unless --sliding-window-layers)")
+    r.add_argument("--sliding-window-layers", metavar="I,J,...",
+                   help="only these layers are windowed, kept in a sliding-window ring (cpu target)")
     r.add_argument("--seed", type=int, default=0)
     return parser
+
+
+def _layer_list(text):
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--sliding-window-layers takes comma-separated layer ids, got {text!r}") from None
 
 
 def random_spec_from_args(args):
@@ -60,8 +76,9 @@ def random_spec_from_args(args):
         intermediate_size=args.intermediate or 4 * args.hidden, num_layers=args.layers,
         num_heads=args.heads, num_kv_heads=args.kv_heads, head_dim=args.head_dim or args.hidden // args.heads,
         rope_theta=10000.0, rope_scaling=None, rms_norm_eps=1e-5, context_length=args.max_position,
-        tie_word_embeddings=False, qkv_bias=args.architecture == "qwen2", sliding_window=None,
-        bos_token_id=min(1, args.vocab - 1), eos_token_ids=[min(2, args.vocab - 1)], pad_token_id=0)
+        tie_word_embeddings=False, qkv_bias=args.architecture == "qwen2", sliding_window=args.sliding_window,
+        bos_token_id=min(1, args.vocab - 1), eos_token_ids=[min(2, args.vocab - 1)], pad_token_id=0,
+        sliding_window_layers=_layer_list(args.sliding_window_layers))
     spec.check()
     return spec
 
@@ -76,7 +93,8 @@ def main(argv=None) -> int:
                     block_size=args.block_size, num_blocks=args.num_blocks,
                     max_batch_size=args.max_batch_size, max_scheduled_tokens=args.max_scheduled_tokens,
                     context_length=args.context_length, per_token_logits=args.per_token_logits,
-                    logits_indices=args.logits_indices, random_spec=spec, seed=args.seed, progress=True)
+                    logits_indices=args.logits_indices, chunk_size=args.chunk_size, random_spec=spec,
+                    seed=args.seed, progress=True)
     except (ValueError, FileNotFoundError, NotImplementedError, OSError) as exc:
         print(f"python -m oga.models build: error: {exc}", file=sys.stderr)
         return 2

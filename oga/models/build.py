@@ -3,6 +3,8 @@
     oga.models.build("SmolLM2-135M-Instruct.Q4_1.gguf", "out/smollm2")           # GGUF file
     oga.models.build("path/to/hf_dir", "out/qwen", target="cuda")                 # config.json + safetensors
     oga.models.build(None, "out/tiny", random_spec=tiny_spec())                   # random weights
+    oga.models.build(None, "out/ring", chunk_size=32,                             # sliding-window ring
+                     random_spec=tiny_spec(num_layers=4, sliding_window=64, sliding_window_layers=[0, 2]))
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ def write_tokenizer_files(loaded: LoadedModel, output_dir: str) -> list[str]:
 def build(source, output_dir, *, target: str = "cpu", block_size: int | None = None,
           num_blocks: int | None = None, max_batch_size: int = cfg.DEFAULT_MAX_BATCH_SIZE,
           max_scheduled_tokens: int = cfg.DEFAULT_MAX_SCHEDULED_TOKENS, context_length: int | None = None,
-          per_token_logits: bool = False, logits_indices: bool = False,
+          per_token_logits: bool = False, logits_indices: bool = False, chunk_size: int | None = None,
           random_spec: DecoderSpec | None = None, seed: int = 0, progress: bool = False) -> str:
     """Build a model directory at `output_dir` and return its path.
 
@@ -110,6 +112,9 @@ def build(source, output_dir, *, target: str = "cpu", block_size: int | None = N
     size 16 by default) or "cuda" (fp16 PagedAttention, block size 256 by default).
     `context_length` defaults to the model's, capped at 4096 on CPU. On CPU `num_blocks` defaults
     to enough blocks for `max_batch_size` requests of `context_length` tokens.
+    `chunk_size` becomes search.chunk_size (the per-step query cap of a request); it is required
+    when the spec has sliding-window ring layers (`DecoderSpec.sliding_window_layers`), whose
+    ring the engine sizes from it (cpu target only).
     """
     if target not in ("cpu", "cuda"):
         raise ValueError(f"target must be 'cpu' or 'cuda', got {target!r}")
@@ -123,6 +128,9 @@ def build(source, output_dir, *, target: str = "cpu", block_size: int | None = N
     loaded = load_source(source, random_spec=random_spec, seed=seed)
     spec = loaded.spec
     context_length = int(context_length or cfg.default_context_length(spec, target))
+    if spec.ring_layers() and target != "cpu":
+        raise NotImplementedError("sliding-window ring layers (sliding_window_layers) are built for the cpu "
+                                  "target only")
     _say(progress, f"{spec.architecture}: {spec.num_layers} layers, hidden {spec.hidden_size}, "
                    f"{spec.num_heads}/{spec.num_kv_heads} heads, vocab {spec.vocab_size}; "
                    f"building the {target} graph (block size {block_size}, context {context_length})")
@@ -130,7 +138,7 @@ def build(source, output_dir, *, target: str = "cpu", block_size: int | None = N
                                    context_length=context_length, block_size=block_size,
                                    num_blocks=num_blocks, max_batch_size=max_batch_size,
                                    max_scheduled_tokens=max_scheduled_tokens,
-                                   logits_indices=logits_indices)
+                                   logits_indices=logits_indices, chunk_size=chunk_size)
     model = build_graph(loaded, target=target, block_size=block_size, context_length=context_length,
                         per_token_logits=per_token_logits, logits_indices=logits_indices)
     del loaded.weights                                    # the graph holds its own copies

@@ -5,6 +5,12 @@ decoder: `model` (ids, context length, `decoder` with its input/output name temp
 `state_groups` manifest), `search` defaults, and `engine.dynamic_batching`. The CPU target gets an
 explicit `num_blocks` (there is no device memory to auto-size from); the CUDA target gets
 `gpu_utilization_factor` unless the caller fixes `num_blocks`.
+
+A decoder with sliding-window ring layers (spec.sliding_window_layers) also gets
+`model.decoder.sliding_window = {"window_size": W, "layers": [...]}`, the
+`model.decoder.inputs.block_table_windowed` name and `search.chunk_size` (required: the engine
+sizes each request's ring from it, reference E.6). The ring layers' caches use the same
+past/present name templates as the other layers.
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ def make_genai_config(spec: DecoderSpec, *, filename: str = "model.onnx", target
                       max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
                       max_scheduled_tokens: int = DEFAULT_MAX_SCHEDULED_TOKENS,
                       logits_indices: bool = False,
-                      gpu_utilization_factor: float = DEFAULT_GPU_UTILIZATION) -> dict:
+                      gpu_utilization_factor: float = DEFAULT_GPU_UTILIZATION,
+                      chunk_size: int | None = None) -> dict:
     """The genai_config.json contents (a dict) for a graph built with the same arguments."""
     for name, value in (("context_length", context_length), ("block_size", block_size),
                         ("max_batch_size", max_batch_size), ("max_scheduled_tokens", max_scheduled_tokens)):
@@ -45,6 +52,12 @@ def make_genai_config(spec: DecoderSpec, *, filename: str = "model.onnx", target
         raise ValueError(f"num_blocks must be > 0, got {num_blocks}")
     if target not in ("cpu", "cuda"):
         raise ValueError(f"target must be 'cpu' or 'cuda', got {target!r}")
+    if chunk_size is not None and int(chunk_size) <= 0:
+        raise ValueError(f"chunk_size must be > 0, got {chunk_size}")
+    ring = spec.ring_layers()
+    if ring and chunk_size is None:
+        raise ValueError(f"sliding-window ring layers {ring} need chunk_size (search.chunk_size): the engine "
+                         "sizes each request's ring of blocks from it")
 
     inputs = {
         "input_ids": io.INPUT_IDS,
@@ -57,6 +70,8 @@ def make_genai_config(spec: DecoderSpec, *, filename: str = "model.onnx", target
     }
     if logits_indices:
         inputs["logits_indices"] = io.LOGITS_INDICES
+    if ring:
+        inputs["block_table_windowed"] = io.BLOCK_TABLE_WINDOWED
     outputs = {
         "logits": io.LOGITS,
         "present_key_names": io.PRESENT_KEY,
@@ -75,42 +90,49 @@ def make_genai_config(spec: DecoderSpec, *, filename: str = "model.onnx", target
     else:
         dynamic_batching["gpu_utilization_factor"] = float(gpu_utilization_factor)
 
+    decoder = {
+        "session_options": {"log_id": "onnxruntime-genai", "provider_options": provider_options},
+        "filename": filename,
+        "head_size": int(spec.head_dim),
+        "hidden_size": int(spec.hidden_size),
+        "inputs": inputs,
+        "outputs": outputs,
+        "num_attention_heads": int(spec.num_heads),
+        "num_hidden_layers": int(spec.num_layers),
+        "num_key_value_heads": int(spec.num_kv_heads),
+        "state_groups": [{"kind": "paged_kv", "layer_ids": list(range(spec.num_layers))}],
+    }
+    if ring:
+        decoder["sliding_window"] = {"window_size": int(spec.sliding_window), "layers": ring}
+    search = {
+        "diversity_penalty": 0.0,
+        "do_sample": False,
+        "early_stopping": True,
+        "length_penalty": 1.0,
+        "max_length": int(context_length),
+        "min_length": 0,
+        "no_repeat_ngram_size": 0,
+        "num_beams": 1,
+        "num_return_sequences": 1,
+        "past_present_share_buffer": True,
+        "repetition_penalty": 1.0,
+        "temperature": 1.0,
+        "top_k": 50,
+        "top_p": 1.0,
+    }
+    if chunk_size is not None:
+        search["chunk_size"] = int(chunk_size)
+
     return {
         "model": {
             "bos_token_id": int(spec.bos_token_id),
             "context_length": int(context_length),
-            "decoder": {
-                "session_options": {"log_id": "onnxruntime-genai", "provider_options": provider_options},
-                "filename": filename,
-                "head_size": int(spec.head_dim),
-                "hidden_size": int(spec.hidden_size),
-                "inputs": inputs,
-                "outputs": outputs,
-                "num_attention_heads": int(spec.num_heads),
-                "num_hidden_layers": int(spec.num_layers),
-                "num_key_value_heads": int(spec.num_kv_heads),
-                "state_groups": [{"kind": "paged_kv", "layer_ids": list(range(spec.num_layers))}],
-            },
+            "decoder": decoder,
             "eos_token_id": [int(t) for t in spec.eos_token_ids],
             "pad_token_id": int(spec.pad_token_id),
             "type": spec.architecture,
             "vocab_size": int(spec.vocab_size),
         },
-        "search": {
-            "diversity_penalty": 0.0,
-            "do_sample": False,
-            "early_stopping": True,
-            "length_penalty": 1.0,
-            "max_length": int(context_length),
-            "min_length": 0,
-            "no_repeat_ngram_size": 0,
-            "num_beams": 1,
-            "num_return_sequences": 1,
-            "past_present_share_buffer": True,
-            "repetition_penalty": 1.0,
-            "temperature": 1.0,
-            "top_k": 50,
-            "top_p": 1.0,
-        },
+        "search": search,
         "engine": {"dynamic_batching": dynamic_batching},
     }

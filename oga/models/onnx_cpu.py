@@ -20,7 +20,27 @@ runs under oga and under onnxruntime_genai 0.18's Engine:
 
 Token t of row r sits at position p = past[r] + (t - cu[r]); its key/value go to block
 block_table[r][p // block_size], slot p % block_size, and it attends to positions 0..p of its own
-row (and to the last `sliding_window` of them when the spec has a window).
+row (and to the last `sliding_window` of them when the spec windows every layer: Mistral).
+
+Sliding-window ring layers (spec.sliding_window_layers, a proper subset of the layers): those
+layers attend to positions p - W < k <= p only and keep their K/V in a ring instead of the full
+cache (onnxruntime-genai's windowed paged layers, reference E.6):
+
+    block_table_windowed         int32 [batch_size, max_blocks]  entry j = the row's ring block
+                                                                 j mod R (same columns as block_table)
+    past_key_values.%d.key/value float32 [window_blocks, block_size, kv_heads, head_dim]
+                                 for the ring layers (present.%d.* alias them the same way)
+
+A ring layer addresses its cache exactly like a full layer, through block_table_windowed instead
+of block_table: position p lives in block block_table_windowed[r][p // block_size], slot
+p % block_size, i.e. ring slot p mod (R * block_size). The engine sizes R so that
+R * block_size >= chunk_size + W - 1, so a step's own writes (at most chunk_size per row) never
+overwrite a position still inside the window of the step's queries. A ring layer's attention
+gathers only the blocks that can hold the window of the row's queries (from block
+(past - W + 1) // block_size to the row's last block), so its cost does not grow with the
+context. Nothing is zeroed in a ring (the slots after a row's last position may still hold live
+positions of an earlier lap); instead the gathered ring keys and values are read as 0 where they
+are not finite (memory the engine never zeroed), and every slot outside the window is masked.
 
 Attention runs per row group, never per token: the index tensors of a step are computed once
 (`_step_indices`) and shared by every layer. Rows with one query token (decodes) form one group,
@@ -58,11 +78,13 @@ from .spec import DecoderSpec
 OPSET = 17
 IR_VERSION = 8
 NEG_INF = -1e30        # masked score: finite, so fully masked (padding) query rows stay NaN-free
+FINITE_LIMIT = 1e30    # ring reads: |x| below this is kept, anything else (NaN, inf) reads as 0
 
 INPUT_IDS = "input_ids"
 CU_SEQLENS = "cumulative_sequence_lengths"
 PAST_SEQLENS = "past_sequence_lengths"
 BLOCK_TABLE = "block_table"
+BLOCK_TABLE_WINDOWED = "block_table_windowed"
 ATTENTION_METADATA = "attention_metadata"
 LOGITS_INDICES = "logits_indices"
 LOGITS = "logits"
@@ -230,6 +252,14 @@ class RowGroup:
     q_shape: str = ""   # prefill: [G, kv_heads, Q*group, D]
     out5_shape: str = ""  # prefill: [G, kv_heads, Q, group, D]
     out_shape: str = ""   # prefill: [G*Q, num_heads*D]
+    sanitize: bool = False  # ring group: gathered keys/values read as 0 where not finite
+
+
+@dataclass
+class RingIndices:
+    """The sliding-window ring layers' tensors: same row groups, through block_table_windowed."""
+    scatter_index: str  # int64 [N, 2]: (ring block, slot) of each packed token
+    groups: list        # [decode RowGroup, prefill RowGroup] (window masks, ring block columns)
 
 
 @dataclass
@@ -240,11 +270,15 @@ class StepIndices:
     sin: str
     groups: list        # [decode RowGroup, prefill RowGroup]
     back_index: str     # int64 [N]: row of concat(group outputs) holding token t
+    ring: RingIndices | None = None
 
 
 def _step_indices(g: GraphBuilder, spec: DecoderSpec, block_size: int, inv_freq: np.ndarray) -> StepIndices:
     g.scope = "step"
     bs, kvh, D = block_size, spec.num_kv_heads, spec.head_dim
+    ring = bool(spec.ring_layers())
+    # a window on every layer (Mistral) is a mask over the full cache; ring layers have their own
+    full_window = spec.sliding_window if spec.sliding_window_layers is None else None
     grp = spec.num_heads // kvh
     cu = g.i64(CU_SEQLENS)
     past = g.i64(PAST_SEQLENS)
@@ -263,16 +297,24 @@ def _step_indices(g: GraphBuilder, spec: DecoderSpec, block_size: int, inv_freq:
     pos = g.op("Add", [g.op("Gather", [past, row]), offset], "position")
 
     # cache slot of each token: block_table[row][pos // bs], pos % bs
-    max_blocks = g.op("Slice", [g.op("Shape", [BLOCK_TABLE]), g.const([1]), g.const([2])], "max_blocks")
+    def table_width(table, hint):
+        return g.op("Slice", [g.op("Shape", [table]), g.const([1]), g.const([2])], hint)
+
+    max_blocks = table_width(BLOCK_TABLE, "max_blocks")
     flat_table = g.reshape(BLOCK_TABLE, g.const([-1]))
 
-    def slots(rows_of, positions, hint):
-        column = g.op("Min", [g.op("Div", [positions, g.const(bs)]), g.op("Sub", [max_blocks, g.const([1])])])
-        block = g.i64(g.op("Gather", [flat_table, g.op("Add", [g.op("Mul", [rows_of, max_blocks]), column])]))
+    def slots(rows_of, positions, hint, table=flat_table, width=max_blocks):
+        column = g.op("Min", [g.op("Div", [positions, g.const(bs)]), g.op("Sub", [width, g.const([1])])])
+        block = g.i64(g.op("Gather", [table, g.op("Add", [g.op("Mul", [rows_of, width]), column])]))
         slot = g.op("Mod", [positions, g.const(bs)])
         return g.op("Concat", [g.unsq(block, [-1]), g.unsq(slot, [-1])], hint, axis=-1)
 
     token_slots = slots(row, pos, "token_slots")                                    # [N, 2]
+    if ring:
+        # the same slots through the ring table; no tail zeroing there (see the module docstring)
+        ring_width = table_width(BLOCK_TABLE_WINDOWED, "ring/max_blocks")
+        ring_slots = slots(row, pos, "ring/token_slots", g.reshape(BLOCK_TABLE_WINDOWED, g.const([-1])),
+                           ring_width)                                               # [N, 2]
     # Tail slots: the unwritten rest of each row's last block. Attention reads whole blocks, and
     # those slots hold whatever the cache held before (onnxruntime-genai does not zero its caches:
     # never-written memory can hold NaN bit patterns, and a zero probability times NaN is NaN).
@@ -302,7 +344,7 @@ def _step_indices(g: GraphBuilder, spec: DecoderSpec, block_size: int, inv_freq:
     # row groups: decode rows (one query token) and the rest
     is_decode = g.op("Equal", [qlen, g.const(1)], "is_decode")
     not_decode = g.op("Not", [is_decode], "is_prefill")
-    groups = []
+    groups, ring_groups = [], []
     for decode, selector in ((True, is_decode), (False, not_decode)):
         g.scope = "step/decode" if decode else "step/prefill"
         rows = g.op("Squeeze", [g.op("NonZero", [selector]), g.const([0])], "rows")  # [G]
@@ -319,6 +361,32 @@ def _step_indices(g: GraphBuilder, spec: DecoderSpec, block_size: int, inv_freq:
             token_index = g.op("Min", [g.op("Add", [g.unsq(row_start, [1]), g.unsq(i, [0])]), last],
                                "token_index")                                        # [G, Q]
             qpos = g.op("Add", [g.unsq(row_past, [1]), g.unsq(i, [0])], "query_positions")
+        qpos3 = g.unsq(qpos, [2])                                                    # [G, Q, 1]
+        if not decode:
+            prefill_shapes = dict(
+                q_shape=g.shape_of(count, kvh, g.op("Mul", [q, g.const([grp])]), D),
+                out5_shape=g.shape_of(count, kvh, q, grp, D),
+                out_shape=g.shape_of(g.op("Mul", [count, q]), spec.num_heads * D))
+
+        def make_group(cols, length, kpos, window, sanitize):
+            """The RowGroup over gathered key positions `kpos` ([1, 1, L] or [G, 1, L])."""
+            allowed = g.op("LessOrEqual", [kpos, qpos3], "causal")
+            if window:
+                lower = g.op("Sub", [qpos3, g.const(int(window))])
+                allowed = g.op("And", [allowed, g.op("Greater", [kpos, lower])], "windowed")
+            bias = g.op("Where", [allowed, g.const(0.0, np.float32), g.const(NEG_INF, np.float32)],
+                        "mask")                                                      # [G, Q, L]
+            if decode:
+                return RowGroup(decode=True, token_index=token_index, block_cols=cols,
+                                kv_shape=g.shape_of(count, length, kvh * D), mask=bias, sanitize=sanitize)
+            bias = g.unsq(bias, [1, 3])                                              # [G,1,Q,1,L]
+            if grp > 1:
+                bias = g.op("Expand", [bias, g.shape_of(count, 1, q, grp, length)])
+            mask = g.reshape(bias, g.shape_of(count, 1, g.op("Mul", [q, g.const([grp])]), length))
+            return RowGroup(decode=False, token_index=token_index, block_cols=cols,
+                            kv_shape=g.shape_of(count, length, kvh, D), mask=mask, sanitize=sanitize,
+                            **prefill_shapes)
+
         # the group's longest context in whole blocks ([0] guards an empty group); a row's
         # columns past its own blocks (-1 or blocks reserved ahead) read its first block instead
         group_blocks = g.op("Gather", [row_blocks, rows])
@@ -332,30 +400,35 @@ def _step_indices(g: GraphBuilder, spec: DecoderSpec, block_size: int, inv_freq:
         cols = g.op("Where", [own, cols, first], "clean_block_cols")
         length = g.op("Mul", [nb, g.const([bs])], "kv_span")
         k = g.op("Range", [g.const(0), g.op("Squeeze", [length, g.const([0])]), g.const(1)], "key_positions")
-        kpos = g.unsq(k, [0, 1])                                                     # [1, 1, L]
-        qpos3 = g.unsq(qpos, [2])                                                    # [G, Q, 1]
-        allowed = g.op("LessOrEqual", [kpos, qpos3], "causal")
-        if spec.sliding_window:
-            lower = g.op("Sub", [qpos3, g.const(int(spec.sliding_window))])
-            allowed = g.op("And", [allowed, g.op("Greater", [kpos, lower])], "windowed")
-        bias = g.op("Where", [allowed, g.const(0.0, np.float32), g.const(NEG_INF, np.float32)],
-                    "mask")                                                          # [G, Q, L]
+        groups.append(make_group(cols, length, g.unsq(k, [0, 1]), full_window, False))   # kpos [1, 1, L]
+
+        if ring:
+            # ring layers: only the blocks that can hold the window of the row's queries, from
+            # block (past - W + 1) // bs to the row's last block; columns past the row's own
+            # blocks read its first window block (masked)
+            g.scope += "/ring"
+            window = int(spec.sliding_window)
+            first_col = g.op("Div", [g.op("Max", [g.op("Sub", [row_past, g.const(window - 1)]), g.const(0)]),
+                                     g.const(bs)], "first_column")                    # [G]
+            span = g.op("Sub", [group_blocks, first_col], "row_span")
+            rnb = g.op("Min", [g.op("ReduceMax", [g.op("Concat", [g.const([0]), span], axis=0)], keepdims=1),
+                               ring_width], "num_block_cols")
+            rc = g.op("Range", [g.const(0), g.op("Squeeze", [rnb, g.const([0])]), g.const(1)], "columns")
+            first2 = g.unsq(first_col, [1])                                          # [G, 1]
+            col = g.op("Add", [first2, g.unsq(rc, [0])], "column_ids")                # [G, nbw]
+            col = g.op("Where", [g.op("Less", [col, g.unsq(group_blocks, [1])]), col, first2], "own_columns")
+            col = g.op("Min", [col, g.op("Sub", [ring_width, g.const([1])])], "clamped_columns")
+            rcols = g.op("GatherElements", [g.op("Gather", [BLOCK_TABLE_WINDOWED, rows], axis=0), col],
+                         "block_cols", axis=1)                                        # [G, nbw]
+            rlength = g.op("Mul", [rnb, g.const([bs])], "kv_span")
+            rk = g.op("Range", [g.const(0), g.op("Squeeze", [rlength, g.const([0])]), g.const(1)])
+            kpos = g.op("Add", [g.op("Mul", [first2, g.const(bs)]), g.unsq(rk, [0])], "key_positions")
+            ring_groups.append(make_group(rcols, rlength, g.unsq(kpos, [1]), window, True))  # [G, 1, Lw]
+
         if decode:
-            groups.append(RowGroup(decode=True, token_index=token_index, block_cols=cols,
-                                   kv_shape=g.shape_of(count, length, kvh * D), mask=bias))
             decode_count = count
-            continue
-        bias = g.unsq(bias, [1, 3])                                                  # [G,1,Q,1,L]
-        if grp > 1:
-            bias = g.op("Expand", [bias, g.shape_of(count, 1, q, grp, length)])
-        mask = g.reshape(bias, g.shape_of(count, 1, g.op("Mul", [q, g.const([grp])]), length))
-        groups.append(RowGroup(
-            decode=False, token_index=token_index, block_cols=cols,
-            kv_shape=g.shape_of(count, length, kvh, D), mask=mask,
-            q_shape=g.shape_of(count, kvh, g.op("Mul", [q, g.const([grp])]), D),
-            out5_shape=g.shape_of(count, kvh, q, grp, D),
-            out_shape=g.shape_of(g.op("Mul", [count, q]), spec.num_heads * D)))
-        prefill_q = q
+        else:
+            prefill_q = q
 
     # where each token's attention output lands in concat(decode outputs, prefill outputs)
     g.scope = "step"
@@ -367,7 +440,8 @@ def _step_indices(g: GraphBuilder, spec: DecoderSpec, block_size: int, inv_freq:
                 "back_index")
     g.scope = ""
     return StepIndices(scatter_index=scatter, tail_zeros=tail_zeros, cos=cos, sin=sin, groups=groups,
-                       back_index=back)
+                       back_index=back,
+                       ring=RingIndices(scatter_index=ring_slots, groups=ring_groups) if ring else None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -394,6 +468,22 @@ def _rope(g: GraphBuilder, x: str, idx: StepIndices, half: int) -> str:
     return g.op("Concat", [out1, out2], "rope/Concat", axis=-1)
 
 
+def _finite(g: GraphBuilder, x: str, hint: str) -> str:
+    """x where |x| < FINITE_LIMIT, else 0 (NaN and inf included): ring memory the engine never
+    zeroed is read as 0, so a masked slot cannot poison P @ V."""
+    ok = g.op("Less", [g.op("Abs", [x], f"{hint}/Abs"), g.const(FINITE_LIMIT, np.float32)], f"{hint}/finite")
+    return g.op("Where", [ok, x, g.const(0.0, np.float32)], f"{hint}/Where")
+
+
+def _gather_kv(g: GraphBuilder, k_cache: str, v_cache: str, grp_idx: RowGroup, hint: str):
+    """The group's keys and values, gathered block by block into grp_idx.kv_shape."""
+    k = g.reshape(g.op("Gather", [k_cache, grp_idx.block_cols], f"{hint}/k", axis=0), grp_idx.kv_shape)
+    v = g.reshape(g.op("Gather", [v_cache, grp_idx.block_cols], f"{hint}/v", axis=0), grp_idx.kv_shape)
+    if grp_idx.sanitize:
+        k, v = _finite(g, k, f"{hint}/k"), _finite(g, v, f"{hint}/v")
+    return k, v
+
+
 def _decode_attention(g: GraphBuilder, spec: DecoderSpec, q4: str, k_cache: str, v_cache: str,
                       grp_idx: RowGroup) -> str:
     """Attention of the single-token rows; returns [G, num_heads*D].
@@ -411,8 +501,7 @@ def _decode_attention(g: GraphBuilder, spec: DecoderSpec, q4: str, k_cache: str,
     q = g.op("Gather", [q4, grp_idx.token_index], "decode/q", axis=0)                   # [G, kvh, grp, D]
     q = g.op("Mul", [g.unsq(q, [3]), eye], "decode/q/block_diagonal")                   # [G,kvh,grp,kvh,D]
     q = g.op("Reshape", [q, g.const([0, kvh * grp, kvh * D])], "decode/q/Reshape")
-    k = g.reshape(g.op("Gather", [k_cache, grp_idx.block_cols], "decode/k", axis=0), grp_idx.kv_shape)
-    v = g.reshape(g.op("Gather", [v_cache, grp_idx.block_cols], "decode/v", axis=0), grp_idx.kv_shape)
+    k, v = _gather_kv(g, k_cache, v_cache, grp_idx, "decode")
     k = g.op("Transpose", [k], "decode/k/Transpose", perm=[0, 2, 1])                   # [G, kvh*D, L]
     scores = g.op("Add", [g.op("MatMul", [q, k], "decode/QK"), grp_idx.mask], "decode/masked")
     probs = g.op("Softmax", [scores], "decode/Softmax", axis=-1)                        # [G, kvh*grp, L]
@@ -428,8 +517,7 @@ def _prefill_attention(g: GraphBuilder, spec: DecoderSpec, q4: str, k_cache: str
     """Padded masked attention of the multi-token rows; returns [G*Q, num_heads*D]."""
     q = g.op("Gather", [q4, grp_idx.token_index], "prefill/q", axis=0)                  # [G, Q, kvh, grp, D]
     q = g.reshape(g.op("Transpose", [q], "prefill/q/Transpose", perm=[0, 2, 1, 3, 4]), grp_idx.q_shape)
-    k = g.reshape(g.op("Gather", [k_cache, grp_idx.block_cols], "prefill/k", axis=0), grp_idx.kv_shape)
-    v = g.reshape(g.op("Gather", [v_cache, grp_idx.block_cols], "prefill/v", axis=0), grp_idx.kv_shape)
+    k, v = _gather_kv(g, k_cache, v_cache, grp_idx, "prefill")
     k = g.op("Transpose", [k], "prefill/k/Transpose", perm=[0, 2, 3, 1])               # [G, kvh, D, L]
     v = g.op("Transpose", [v], "prefill/v/Transpose", perm=[0, 2, 1, 3])               # [G, kvh, L, D]
     scores = g.op("Add", [g.op("MatMul", [q, k], "prefill/QK"), grp_idx.mask], "prefill/masked")
@@ -441,22 +529,27 @@ def _prefill_attention(g: GraphBuilder, spec: DecoderSpec, q4: str, k_cache: str
 
 
 def _attention(g: GraphBuilder, spec: DecoderSpec, layer: int, x: str, idx: StepIndices,
-               qkv_w: str, qkv_b: str | None, o_w: str) -> str:
+               qkv_w: str, qkv_b: str | None, o_w: str, ring: bool = False) -> str:
+    """One attention block; a `ring` layer writes and reads its ring cache through
+    block_table_windowed (idx.ring) with the window mask, the others the full cache."""
     nH, kvh, D = spec.num_heads, spec.num_kv_heads, spec.head_dim
     qkv = g.op("Gemm", [x, qkv_w] + ([qkv_b] if qkv_b else []), "qkv_proj", transB=1)
     q, k, v = g.op("Split", [qkv, g.const([nH * D, kvh * D, kvh * D])], "qkv/Split", n_out=3, axis=1)
     q = _rope(g, g.reshape(q, g.const([-1, nH, D])), idx, D // 2)
     k = _rope(g, g.reshape(k, g.const([-1, kvh, D])), idx, D // 2)
     v = g.reshape(v, g.const([-1, kvh, D]))
-    if idx.tail_zeros is not None:
-        k = g.op("Concat", [k, idx.tail_zeros], "k/with_tail", axis=0)
-        v = g.op("Concat", [v, idx.tail_zeros], "v/with_tail", axis=0)
-    k_cache = g.op("ScatterND", [PAST_KEY % layer, idx.scatter_index, k], "k_cache/ScatterND",
+    if ring:
+        scatter_index, (decode, prefill) = idx.ring.scatter_index, idx.ring.groups
+    else:
+        scatter_index, (decode, prefill) = idx.scatter_index, idx.groups
+        if idx.tail_zeros is not None:
+            k = g.op("Concat", [k, idx.tail_zeros], "k/with_tail", axis=0)
+            v = g.op("Concat", [v, idx.tail_zeros], "v/with_tail", axis=0)
+    k_cache = g.op("ScatterND", [PAST_KEY % layer, scatter_index, k], "k_cache/ScatterND",
                    outputs=[PRESENT_KEY % layer])
-    v_cache = g.op("ScatterND", [PAST_VALUE % layer, idx.scatter_index, v], "v_cache/ScatterND",
+    v_cache = g.op("ScatterND", [PAST_VALUE % layer, scatter_index, v], "v_cache/ScatterND",
                    outputs=[PRESENT_VALUE % layer])
     q4 = g.reshape(q, g.const([-1, kvh, nH // kvh, D]))                                # [N, kvh, grp, D]
-    decode, prefill = idx.groups
     outs = [_decode_attention(g, spec, q4, k_cache, v_cache, decode),
             _prefill_attention(g, spec, q4, k_cache, v_cache, prefill)]
     attn = g.op("Gather", [g.op("Concat", outs, "groups/Concat", axis=0), idx.back_index],
@@ -498,18 +591,24 @@ def declare_io(g: GraphBuilder, spec: DecoderSpec, block_size: int, cache_type: 
     g.input(CU_SEQLENS, TensorProto.INT32, ["batch_size + 1"])
     g.input(PAST_SEQLENS, TensorProto.INT32, ["batch_size"])
     g.input(BLOCK_TABLE, TensorProto.INT32, ["batch_size", "max_blocks"])
+    ring = set(spec.ring_layers())
+    if ring:
+        g.input(BLOCK_TABLE_WINDOWED, TensorProto.INT32, ["batch_size", "max_blocks"])
     g.input(ATTENTION_METADATA, TensorProto.INT32, [3])
     if logits_indices:
         g.input(LOGITS_INDICES, TensorProto.INT32, ["num_logits"])
-    cache_shape = ["num_blocks", block_size, spec.num_kv_heads, spec.head_dim]
+
+    def cache_shape(layer):
+        return ["window_blocks" if layer in ring else "num_blocks", block_size, spec.num_kv_heads, spec.head_dim]
+
     for i in range(spec.num_layers):
-        g.input(PAST_KEY % i, cache_type, cache_shape)
-        g.input(PAST_VALUE % i, cache_type, cache_shape)
+        g.input(PAST_KEY % i, cache_type, cache_shape(i))
+        g.input(PAST_VALUE % i, cache_type, cache_shape(i))
     rows = "num_logits" if logits_indices else ("num_tokens" if per_token_logits else "batch_size")
     g.output(LOGITS, logits_type, [rows, spec.vocab_size])
     for i in range(spec.num_layers):
-        g.output(PRESENT_KEY % i, cache_type, cache_shape)
-        g.output(PRESENT_VALUE % i, cache_type, cache_shape)
+        g.output(PRESENT_KEY % i, cache_type, cache_shape(i))
+        g.output(PRESENT_VALUE % i, cache_type, cache_shape(i))
 
 
 def build_cpu_graph(spec: DecoderSpec, weights, *, block_size: int = 16, per_token_logits: bool = False,
@@ -526,6 +625,7 @@ def build_cpu_graph(spec: DecoderSpec, weights, *, block_size: int = 16, per_tok
     norm = g.initializer("model.norm.weight", _w(weights, "model.norm.weight"))
 
     idx = _step_indices(g, spec, block_size, rope_inv_freq(spec))
+    ring = set(spec.ring_layers())
     x = _embeddings(g, embed)
     for i in range(spec.num_layers):
         p = f"model.layers.{i}."
@@ -536,7 +636,7 @@ def build_cpu_graph(spec: DecoderSpec, weights, *, block_size: int = 16, per_tok
         a = _attention(g, spec, i, h, idx,
                        g.initializer(p + "self_attn.qkv_proj.weight", qkv_w),
                        g.initializer(p + "self_attn.qkv_proj.bias", qkv_b) if qkv_b is not None else None,
-                       g.initializer(p + "self_attn.o_proj.weight", o_w))
+                       g.initializer(p + "self_attn.o_proj.weight", o_w), ring=i in ring)
         x = g.op("Add", [x, a], "residual")
         g.scope = f"layers.{i}/mlp"
         ln2 = g.initializer(p + "post_attention_layernorm.weight",
@@ -546,5 +646,7 @@ def build_cpu_graph(spec: DecoderSpec, weights, *, block_size: int = 16, per_tok
                  g.initializer(p + "mlp.down_proj.weight", down_w))
         x = g.op("Add", [x, m], "residual")
     _lm_head(g, spec, x, norm, head, per_token_logits, logits_indices)
-    return g.model("oga_paged_decoder_cpu", [("", OPSET)],
-                   doc=f"oga.models CPU paged decoder ({spec.architecture}, block_size {block_size})")
+    doc = f"oga.models CPU paged decoder ({spec.architecture}, block_size {block_size}"
+    if ring:
+        doc += f", sliding-window ring layers {sorted(ring)} of window {spec.sliding_window}"
+    return g.model("oga_paged_decoder_cpu", [("", OPSET)], doc=doc + ")")

@@ -82,6 +82,9 @@ def build_cuda_graph(spec: DecoderSpec, weights, *, block_size: int = 256, conte
                      per_token_logits: bool = False, logits_indices: bool = False) -> onnx.ModelProto:
     """The fp16 PagedAttention decoder as an in-memory ModelProto (opset 17 + com.microsoft 1)."""
     spec.check()
+    if spec.ring_layers():
+        raise NotImplementedError("sliding-window ring layers (sliding_window_layers) are built for the cpu "
+                                  "target only; the cuda graph windows every layer or none")
     if block_size < 16 or block_size & (block_size - 1):
         raise ValueError(f"PagedAttention needs a power-of-two block_size >= 16, got {block_size}")
     context_length = int(context_length or spec.context_length)

@@ -3,7 +3,8 @@ checked against.
 
 Written from the model definition (Hugging Face's LlamaForCausalLM / Qwen2ForCausalLM), not
 from any graph builder: embedding, per layer RMSNorm -> Q/K/V (+bias) -> RoPE (rotate_half) ->
-causal GQA attention (sliding window when the spec has one) -> o_proj -> residual -> RMSNorm ->
+causal GQA attention (a sliding window on the layers the spec windows: every layer, or only
+`sliding_window_layers`) -> o_proj -> residual -> RMSNorm ->
 SwiGLU MLP -> residual; final RMSNorm; LM head (the embedding when tied). Computes in float64
 by default.
 """
@@ -93,9 +94,9 @@ class Reference:
         qpos = np.arange(self.length, total)[:, None]
         kpos = np.arange(total)[None, :]
         allowed = kpos <= qpos
-        if s.sliding_window:
-            allowed &= kpos > qpos - s.sliding_window
         mask = np.where(allowed, 0.0, -np.inf).astype(self.dtype)          # [T, total]
+        if s.sliding_window:                                                # q - W < k <= q
+            window_mask = np.where(allowed & (kpos > qpos - s.sliding_window), 0.0, -np.inf).astype(self.dtype)
         x = w["model.embed_tokens.weight"][tokens]                          # [T, H]
         for i in range(s.num_layers):
             p = f"model.layers.{i}."
@@ -119,7 +120,8 @@ class Reference:
             # GQA: query head j reads kv head j // group
             kh = np.repeat(k.transpose(1, 0, 2), group, axis=0)            # [nH, total, D]
             vh = np.repeat(v.transpose(1, 0, 2), group, axis=0)
-            scores = q.transpose(1, 0, 2) @ kh.transpose(0, 2, 1) * (1.0 / math.sqrt(D)) + mask
+            layer_mask = window_mask if s.windowed(i) else mask
+            scores = q.transpose(1, 0, 2) @ kh.transpose(0, 2, 1) * (1.0 / math.sqrt(D)) + layer_mask
             scores = scores - scores.max(axis=-1, keepdims=True)
             probs = np.exp(scores)
             probs /= probs.sum(axis=-1, keepdims=True)

@@ -1,9 +1,9 @@
 """Decoder model description shared by the loaders, the graph builders and the reference.
 
 A `DecoderSpec` names the shape hyper-parameters of a Llama-family decoder (Llama, SmolLM,
-Qwen2, Mistral); a `LoadedModel` pairs it with float32 weights under Hugging Face names and
-layouts ([out_features, in_features] for linear weights, RoPE in HF's rotate_half convention),
-plus the tokenizer files when the source carries them.
+Qwen2, Mistral, and decoders that window only some layers); a `LoadedModel` pairs it with float32
+weights under Hugging Face names and layouts ([out_features, in_features] for linear weights, RoPE
+in HF's rotate_half convention), plus the tokenizer files when the source carries them.
 """
 
 from __future__ import annotations
@@ -35,6 +35,23 @@ class DecoderSpec:
     bos_token_id: int
     eos_token_ids: list[int]
     pad_token_id: int
+    # Layers that attend only to the last `sliding_window` positions (key k is visible to query q
+    # iff q - W < k <= q). None: every layer when `sliding_window` is set (Mistral; the paged
+    # builders keep them in the full cache and only mask). A list (a proper subset of the layers):
+    # only those layers are windowed, and the paged builders keep them in a sliding-window ring
+    # (`block_table_windowed`, genai_config's model.decoder.sliding_window); the others attend to
+    # the whole sequence.
+    sliding_window_layers: list[int] | None = None
+
+    def windowed(self, layer: int) -> bool:
+        """Whether `layer` attends to a sliding window."""
+        if not self.sliding_window:
+            return False
+        return self.sliding_window_layers is None or layer in self.sliding_window_layers
+
+    def ring_layers(self) -> list[int]:
+        """The layers the paged builders keep in a sliding-window ring (sorted; [] = none)."""
+        return sorted(self.sliding_window_layers) if self.sliding_window_layers is not None else []
 
     def weight_shapes(self) -> dict[str, tuple[int, ...]]:
         """Every weight name this spec requires, with its HF shape."""
@@ -75,6 +92,25 @@ class DecoderSpec:
                              f"num_kv_heads ({self.num_kv_heads})")
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+        if self.sliding_window is not None and int(self.sliding_window) <= 0:
+            raise ValueError(f"sliding_window must be positive or None, got {self.sliding_window}")
+        if self.sliding_window_layers is not None:
+            layers = [int(i) for i in self.sliding_window_layers]
+            if not self.sliding_window:
+                raise ValueError("sliding_window_layers needs a sliding_window (the window size)")
+            if not layers:
+                raise ValueError("sliding_window_layers must name at least one layer "
+                                 "(None windows every layer)")
+            if len(set(layers)) != len(layers):
+                raise ValueError(f"sliding_window_layers has duplicates: {self.sliding_window_layers}")
+            outside = [i for i in layers if not 0 <= i < self.num_layers]
+            if outside:
+                raise ValueError(f"sliding_window_layers {outside} outside the decoder layers "
+                                 f"[0, {self.num_layers})")
+            if len(layers) == self.num_layers:
+                raise ValueError("sliding_window_layers names every layer; a ring-cached model needs at "
+                                 "least one layer that keeps the whole sequence (leave sliding_window_layers "
+                                 "None to window every layer over the full cache)")
         if not self.eos_token_ids:
             raise ValueError("eos_token_ids must not be empty")
         for name, tok in [("bos_token_id", self.bos_token_id), ("pad_token_id", self.pad_token_id)] + \
