@@ -194,6 +194,7 @@ cdef extern from "oga/oga_ext.h" nogil:
         OgaExtExecutionStatus (*execute_static)(void* engine_data, const OgaExtStaticStepInputs* inputs,
                                                 OgaExtStepOutputs* outputs, char* message, size_t message_capacity)
         int32_t windowed_block_table
+        size_t bytes_per_window_block
 
     ctypedef struct OgaExtDecoderNames:
         const char* model_directory

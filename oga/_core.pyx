@@ -1152,6 +1152,7 @@ cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtMod
             })
             executor.per_token_logits = 1 if decoder.per_token_logits else 0
             executor.windowed_block_table = 1 if decoder.windowed_block_table else 0
+            executor.bytes_per_window_block = getattr(decoder, "bytes_per_window_block", 0)
             executor.max_block_table_columns = 0
             executor.bytes_per_block = decoder.bytes_per_block
         except BaseException as error:

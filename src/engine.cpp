@@ -74,11 +74,13 @@ uint64_t AvailableHostBytes() {
 
 // engine.dynamic_batching.gpu_utilization_factor without num_blocks (reference E.4): blocks that
 // fit in 90% of the memory available times the factor, but never more than max_batch_size
-// requests of context_length tokens could occupy at once. The KV cache lives in host memory here
-// (the executor allocates it); there is no device budget to consult yet.
-uint64_t AutoSizedBlockCount(const ModelConfig& config, size_t bytes_per_block) {
+// requests of context_length tokens could occupy at once; `reserved_bytes` (a sliding-window ring
+// pool) comes off the budget first. The KV cache lives in host memory here (the executor allocates
+// it); there is no device budget to consult yet.
+uint64_t AutoSizedBlockCount(const ModelConfig& config, size_t bytes_per_block, double reserved_bytes) {
   const DynamicBatchingConfig& batching = *config.dynamic_batching;
-  const double budget = static_cast<double>(AvailableHostBytes()) * 0.9 * *batching.gpu_utilization_factor;
+  const double budget =
+      static_cast<double>(AvailableHostBytes()) * 0.9 * *batching.gpu_utilization_factor - reserved_bytes;
   const double fitting = std::floor(budget / static_cast<double>(bytes_per_block));
   if (!(fitting >= 1.0)) throw ApiError(kBudgetTooSmallMessage);
   const uint64_t block_size = static_cast<uint64_t>(batching.block_size);
@@ -88,6 +90,40 @@ uint64_t AutoSizedBlockCount(const ModelConfig& config, size_t bytes_per_block) 
   // Block ids are int32 on the executor interface.
   num_blocks = std::min<uint64_t>(num_blocks, static_cast<uint64_t>(INT32_MAX) / std::max<uint64_t>(block_size, 1));
   return std::max<uint64_t>(num_blocks, 1);
+}
+
+// Sliding-window ring (seed: "Sliding-window paged layers"): when the decoder takes
+// block_table_windowed for its model.decoder.sliding_window layers, the ring blocks R each request
+// gets, R = ceil((C + W - 1) / B); 0 without a ring. Checks the enabling conditions (0.18's texts).
+size_t RingBlocksFor(const ModelConfig& config, const OgaExtModelExecutor& executor, uint64_t block_size) {
+  if (executor.windowed_block_table == 0) return 0;
+  const DecoderConfig& decoder = config.decoder;
+  if (!decoder.sliding_window || decoder.sliding_window->layers.empty()) {
+    throw ApiError("The decoder takes " + decoder.inputs.block_table_windowed +
+                   ", but model.decoder.sliding_window names no layers to keep in a ring.");
+  }
+  if (config.search.chunk_size <= 0) {
+    throw ApiError(
+        "This model holds its sliding-window layers in a ring of blocks, which only works if the prefill is chunked. "
+        "Set search.chunk_size in genai_config.json.");
+  }
+  size_t full_layers = 0;
+  for (const StateGroup& group : EffectiveStateGroups(decoder)) {
+    if (group.kind != StateGroupKind::kPagedKv) continue;
+    for (int32_t layer : group.layer_ids) {
+      const std::vector<int32_t>& ring = decoder.sliding_window->layers;
+      if (std::find(ring.begin(), ring.end(), layer) == ring.end()) ++full_layers;
+    }
+  }
+  if (full_layers == 0) throw ApiError("A paged model needs at least one layer that keeps the whole sequence.");
+  if (config.dynamic_batching->prefix_caching.value_or(false)) {
+    throw ApiError(
+        "Prefix caching does not yet support sliding-window rings. Set engine.dynamic_batching.prefix_caching to "
+        "false.");
+  }
+  const uint64_t chunk = static_cast<uint64_t>(config.search.chunk_size);
+  const uint64_t window = static_cast<uint64_t>(decoder.sliding_window->window_size);
+  return static_cast<size_t>((chunk + window - 1 + block_size - 1) / block_size);
 }
 
 }  // namespace
@@ -107,8 +143,13 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   if (config.vocab_size < 1) throw ApiError("vocab_size must be 1 or greater, is " + std::to_string(config.vocab_size));
   if (config.context_length < 1) throw ApiError("context_length must be > 0");
   const uint64_t block_size = static_cast<uint64_t>(batching.block_size);
-  const uint64_t num_blocks = batching.num_blocks ? static_cast<uint64_t>(*batching.num_blocks)
-                                                  : AutoSizedBlockCount(config, model->executor().bytes_per_block);
+  const size_t ring_blocks = RingBlocksFor(config, model->executor(), block_size);
+  // The ring pool (one ring per block table) is a fixed cost the automatic size leaves room for.
+  const double ring_bytes = static_cast<double>(ring_blocks) * static_cast<double>(batching.max_batch_size) *
+                            static_cast<double>(model->executor().bytes_per_window_block);
+  const uint64_t num_blocks = batching.num_blocks
+                                  ? static_cast<uint64_t>(*batching.num_blocks)
+                                  : AutoSizedBlockCount(config, model->executor().bytes_per_block, ring_bytes);
   if (num_blocks > static_cast<uint64_t>(INT32_MAX) || block_size > static_cast<uint64_t>(INT32_MAX)) {
     throw ApiError("engine.dynamic_batching.num_blocks and block_size must fit in int32.");
   }
@@ -121,39 +162,7 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   const size_t table_columns = static_cast<size_t>((max_request_length + block_size - 1) / block_size);
   const size_t executor_columns = model->executor().max_block_table_columns;
   limits.max_block_table_columns = executor_columns > 0 ? std::min(table_columns, executor_columns) : table_columns;
-  // Sliding-window ring (seed: "Sliding-window paged layers"): the decoder takes
-  // block_table_windowed for its model.decoder.sliding_window layers.
-  size_t ring_blocks = 0;
-  if (model->executor().windowed_block_table != 0) {
-    const DecoderConfig& decoder = config.decoder;
-    if (!decoder.sliding_window || decoder.sliding_window->layers.empty()) {
-      throw ApiError("The decoder takes " + decoder.inputs.block_table_windowed +
-                     ", but model.decoder.sliding_window names no layers to keep in a ring.");
-    }
-    if (config.search.chunk_size <= 0) {
-      throw ApiError(
-          "This model holds its sliding-window layers in a ring of blocks, which only works if the prefill is chunked. "
-          "Set search.chunk_size in genai_config.json.");
-    }
-    size_t full_layers = 0;
-    for (const StateGroup& group : EffectiveStateGroups(decoder)) {
-      if (group.kind != StateGroupKind::kPagedKv) continue;
-      for (int32_t layer : group.layer_ids) {
-        const std::vector<int32_t>& ring = decoder.sliding_window->layers;
-        if (std::find(ring.begin(), ring.end(), layer) == ring.end()) ++full_layers;
-      }
-    }
-    if (full_layers == 0) throw ApiError("A paged model needs at least one layer that keeps the whole sequence.");
-    if (batching.prefix_caching.value_or(false)) {
-      throw ApiError(
-          "Prefix caching does not yet support sliding-window rings. Set engine.dynamic_batching.prefix_caching to "
-          "false.");
-    }
-    const uint64_t chunk = static_cast<uint64_t>(config.search.chunk_size);
-    const uint64_t window = static_cast<uint64_t>(decoder.sliding_window->window_size);
-    ring_blocks = static_cast<size_t>((chunk + window - 1 + block_size - 1) / block_size);
-    limits.max_query_tokens = static_cast<size_t>(chunk);
-  }
+  if (ring_blocks > 0) limits.max_query_tokens = static_cast<size_t>(config.search.chunk_size);
   limits.prefix_caching = ring_blocks == 0 && batching.prefix_caching.value_or(true);
   limits.window_ring_blocks = ring_blocks;
   // Drafts need one logits row per packed token, and room for them beside the mandatory token.

@@ -49,7 +49,8 @@ class Executor(Structure):
     _fields_ = [("per_token_logits", c_int32), ("max_block_table_columns", c_size_t), ("bytes_per_block", c_size_t),
                 ("model_data", c_void_p),
                 ("open_engine", OPEN), ("execute", EXECUTE), ("close_engine", CLOSE), ("release_model", RELEASE),
-                ("execute_static", c_void_p), ("windowed_block_table", c_int32)]
+                ("execute_static", c_void_p), ("windowed_block_table", c_int32),
+                ("bytes_per_window_block", c_size_t)]
 
 
 class PyExecutor:

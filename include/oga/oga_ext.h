@@ -119,6 +119,9 @@ typedef struct OgaExtModelExecutor {
   /* Capability: the decoder takes block_table_windowed, i.e. its model.decoder.sliding_window
    * layers keep a ring of blocks (see OgaExtEngineGeometry). */
   int32_t windowed_block_table;
+  /* Bytes one ring block occupies over every sliding-window ring layer, so automatic sizing leaves
+   * room for the ring pool. 0 = unknown or no ring. */
+  size_t bytes_per_window_block;
 } OgaExtModelExecutor;
 
 /* Creates a model from a genai_config.json document (text) and an executor. The executor table is
