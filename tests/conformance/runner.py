@@ -87,6 +87,14 @@ RUNNER_FUNCTIONS = (
     "OgaTurnUsageGetPromptTokens",
     "OgaTurnUsageGetGeneratedTokens",
     "OgaTurnUsageGetCachedPromptTokens",
+    "OgaEngineMaxDraftTokensPerProposal",
+    "OgaRequestSetDraftTokens",
+    "OgaCreateSequences",
+    "OgaAppendTokenSequence",
+    "OgaDestroySequences",
+    "OgaEngineGetSpeculativeStats",
+    "OgaDestroySpeculativeStats",
+    "OgaSpeculativeStatsGetCount",
 )
 
 # Turn-option setter name -> (C function, Python method)
@@ -386,6 +394,16 @@ class PythonRunner(_Base):
             del self.auto_bufs[key]
         gc.collect()
 
+    def op_drafts(self, a):
+        return self.reqs[a["req"]].set_draft_tokens(a["tokens"])
+
+    def op_max_drafts(self, a):
+        return self.engines[a["engine"]].max_draft_tokens_per_proposal()
+
+    def op_spec_stats(self, a):
+        stats = self.engines[a["engine"]].get_speculative_stats()
+        return {k: stats[k] for k in a["keys"]}
+
     def op_capabilities(self, a):
         c = self.engines[a["engine"]].get_capabilities()
         return (c.configured_max_batch_size, c.max_scheduled_tokens, c.max_request_length)
@@ -642,6 +660,37 @@ class CtypesRunner(_Base):
         self.lib.OgaDestroyEngine(self.engines.pop(a["engine"]))
         for key in [k for k in self.auto_bufs if k[0] == a["engine"]]:
             self.lib.OgaDestroyEngineEventBuffer(self.auto_bufs.pop(key))
+
+    def op_drafts(self, a):
+        lib = self.lib
+        seqs = P()
+        self.check(lib.OgaCreateSequences(byref(seqs)))
+        try:
+            toks = a["tokens"]
+            arr = (c_int32 * max(1, len(toks)))(*toks)
+            self.check(lib.OgaAppendTokenSequence(arr, len(toks), seqs))
+            self.check(lib.OgaRequestSetDraftTokens(self.reqs[a["req"]], seqs))
+        finally:
+            lib.OgaDestroySequences(seqs)
+
+    def op_max_drafts(self, a):
+        out = c_size_t()
+        self.check(self.lib.OgaEngineMaxDraftTokensPerProposal(self.engines[a["engine"]], byref(out)))
+        return out.value
+
+    def op_spec_stats(self, a):
+        lib = self.lib
+        stats = P()
+        self.check(lib.OgaEngineGetSpeculativeStats(self.engines[a["engine"]], byref(stats)))
+        try:
+            values = {}
+            for k in a["keys"]:
+                v = c_uint64()
+                self.check(lib.OgaSpeculativeStatsGetCount(stats, k.encode(), byref(v)))
+                values[k] = v.value
+            return values
+        finally:
+            lib.OgaDestroySpeculativeStats(stats)
 
     def op_capabilities(self, a):
         lib = self.lib

@@ -57,6 +57,11 @@ MODEL_CONFIGS: Dict[str, dict] = {
     # "chunk" with engine.dynamic_batching.prefix_caching false: 0.18 caches prefixes unless told not
     # to (oga has no prefix cache); `same_as` reuses that configuration's directory
     "chunk_noprefix": dict(same_as="chunk", overlay='{"engine": {"dynamic_batching": {"prefix_caching": false}}}'),
+    # "base" whose decoder returns one logits row per packed token (oga.models.build
+    # per_token_logits=True): both 0.18 and oga verify caller-supplied drafts on it
+    # (max_draft_tokens_per_proposal() == 7); the tokenizer lets a guided turn reach the drafts check
+    "drafts": dict(block_size=4, num_blocks=64, max_batch_size=4, max_scheduled_tokens=64, per_token_logits=True,
+                   tokenizer="full"),
 }
 
 MODEL_SEED = 3
@@ -183,6 +188,26 @@ def release_options(opts: str, label=None) -> Action:
 
 def release_buffer(buf: str, label=None) -> Action:
     return _a("release_buffer", label, buf=buf)
+
+
+def drafts(req: str, tokens: Sequence[int], label=None) -> Action:
+    """req.set_draft_tokens(tokens) / OgaRequestSetDraftTokens with a one-sequence OgaSequences."""
+    return _a("drafts", label, req=req, tokens=list(tokens))
+
+
+def max_drafts(engine: str = "e", label=None) -> Action:
+    """engine.max_draft_tokens_per_proposal() / OgaEngineMaxDraftTokensPerProposal."""
+    return _a("max_drafts", label, engine=engine)
+
+
+SPEC_KEYS = ("rounds", "draft_tokens_proposed", "draft_tokens_evaluated", "draft_tokens_accepted",
+             "correction_tokens", "bonus_tokens", "tokens_emitted", "target_forward_passes",
+             "target_verify_forward_passes", "full_accept_rounds", "partial_accept_rounds", "zero_accept_rounds")
+
+
+def spec_stats(engine: str = "e", keys: Sequence[str] = SPEC_KEYS, label=None) -> Action:
+    """{key: value} of get_speculative_stats() / OgaSpeculativeStatsGetCount for the count keys given."""
+    return _a("spec_stats", label, engine=engine, keys=list(keys))
 
 
 def engine(name: str, model: Optional[str] = None, label=None) -> Action:

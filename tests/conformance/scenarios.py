@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from scenario import (NULL, Difference, Scenario, all_of, begin, buffer, cancel, capabilities, capi, close, create,
-                      destroy_engine, drain, engine, engine_from, has_flag, has_reason, ids, model, off_thread, only,
-                      out, pending, py, raises, ref, release, release_buffer, release_options, rewind, run,
-                      set_option, turn_options)
+                      destroy_engine, drafts, drain, engine, engine_from, has_flag, has_reason, ids, max_drafts, model,
+                      off_thread, only, out, pending, py, raises, ref, release, release_buffer, release_options,
+                      rewind, run, set_option, spec_stats, turn_options)
 
 # Greedy streams of the seed-3 model (vocab 97, EOS 2), found by running 0.18 (see `expect`):
 P_LONG = [3, 7, 11]      # no EOS within 40 generated tokens
@@ -1130,6 +1130,162 @@ static("static_rewind_check_order",
         run(1, label="one event delivered"), rewind("r2", 1, label="r2 event retained"),
         rewind("r2", 0, label="r2 event retained, id 0"), rewind("r1", 0, label="r1 id 0"), drain(64),
         rewind("r2", 5, label="r2 unknown id"), begin("r1", [5], max_gen=2, label="continuation with two rows")])
+
+# ---------------------------------------------------------------------------------------------
+# Caller-supplied speculative drafts (reference C.17) on the "drafts" model: "base" whose decoder
+# returns one logits row per packed token, so both libraries verify drafts
+# (max_draft_tokens_per_proposal() == 7).
+# ---------------------------------------------------------------------------------------------
+# Plain greedy stream of P_LONG on the "drafts" model (recorded from 0.18 with max_generated_tokens
+# 24, no drafts; the weights are "base"'s, so it is also base's stream):
+G_LONG = [16, 63, 24, 90, 49, 90, 49, 96, 90, 49, 96, 88, 41, 39, 22, 90, 49, 96, 88, 55, 33, 10, 96, 88]
+# P_EOS on the same model: [4, 81, 64] then EOS
+
+# Speculative statistics: the counts both libraries fill alike ...
+SPEC_SAME = ("rounds", "draft_tokens_proposed", "draft_tokens_accepted", "full_accept_rounds", "partial_accept_rounds",
+             "zero_accept_rounds")
+# ... and those they count differently (README "Speculative statistics"): 0.18 leaves correction_tokens,
+# bonus_tokens, tokens_emitted and target_verify_forward_passes at 0 for caller-supplied drafts, counts
+# every model run (prefill and plain decodes too) in target_forward_passes, and counts a round's drafts
+# only up to the first rejected one in draft_tokens_evaluated; oga counts verification runs and every
+# draft it verified.
+SPEC_OGA = ("draft_tokens_evaluated", "correction_tokens", "bonus_tokens", "tokens_emitted", "target_forward_passes",
+            "target_verify_forward_passes")
+SPEC_STATS = "Speculative statistics"
+
+
+def stats_records(label="counts", same=SPEC_SAME):
+    """Two records: the counts that must match, and oga's own counts (declared with stats_difference)."""
+    return [spec_stats(keys=same, label=label), spec_stats(keys=SPEC_OGA, label=label + " (oga-filled)")]
+
+
+NO_PROPOSED = tuple(k for k in SPEC_SAME if k != "draft_tokens_proposed")
+# 0.18 counts draft_tokens_proposed when a proposal is verified; oga when set_draft_tokens accepts it
+# (so a proposal cleared, replaced or discarded by a cancel before any model run counts in oga only)
+PROPOSED_DIFF = Difference(SPEC_STATS, "0.18 counts proposed drafts at verification, oga at set_draft_tokens")
+
+
+def stats_difference(*labels):
+    return {label + " (oga-filled)": Difference(SPEC_STATS, "0.18 does not count corrections, bonus tokens, "
+                                                "emitted tokens or verification runs of caller-supplied drafts")
+            for label in labels}
+
+
+def dsc(name, actions, **kw):
+    kw.setdefault("model", "drafts")
+    sc(name, actions, **kw)
+
+
+dsc("draft_max_tokens_per_proposal", [max_drafts(label="max")], expect=lambda recs: recs[0][1] == 7)
+sc("draft_unsupported_engine",
+   # the "base" decoder returns only the last row's logits: no draft verification
+   [max_drafts(label="max"), create("r1"), begin("r1", P_LONG, max_gen=4), run(64, label="prefill"),
+    drafts("r1", G_LONG[1:3], label="drafts"), drain(64)],
+   expect=raises("does not support speculative draft verification"))
+dsc("draft_correct_proposals",
+    # drafts taken from G_LONG: every draft is accepted, then the bonus token
+    [create("r1"), begin("r1", P_LONG, max_gen=16), run(64, label="prefill"),
+     drafts("r1", G_LONG[1:5], label="4 drafts"), run(64, label="5 tokens"),
+     drafts("r1", G_LONG[6:9], label="3 drafts"), run(64, label="4 tokens"),
+     drain(64, label="rest")] + stats_records(),
+    differences=stats_difference("counts"),
+    expect=lambda recs: [e[3] for e in _evs(recs) if e[0] & TOKEN] == G_LONG[:16])
+dsc("draft_partly_wrong_proposals",
+    [create("r1"), begin("r1", P_LONG, max_gen=12), run(64, label="prefill"),
+     drafts("r1", G_LONG[1:3] + [5, 5], label="2 right, 2 wrong"), run(64, label="2 accepted + correction"),
+     drafts("r1", [1, 1], label="all wrong"), run(64, label="correction only"),
+     drafts("r1", G_LONG[5:7] + [7], label="2 right, 1 wrong"), run(64, label="2 accepted + correction 2"),
+     drain(64, label="rest")] + stats_records(),
+    differences=stats_difference("counts"),
+    expect=lambda recs: [e[3] for e in _evs(recs) if e[0] & TOKEN] == G_LONG[:12])
+dsc("draft_tokens_overflow_a_small_buffer",
+    # 6 token events from one model run into a buffer of 2: the rest is retained and delivered by the
+    # next runs before any model run; a proposal set meanwhile waits for the next model run
+    [create("r1"), begin("r1", P_LONG, max_gen=16), buffer("b", 2), run(buf="b", label="prefill"),
+     drafts("r1", G_LONG[1:6], label="5 drafts"), run(buf="b", label="2 of 6"),
+     spec_stats(keys=("rounds",), label="rounds after 1"),
+     drafts("r1", G_LONG[7:9], label="drafts while retained"), run(buf="b", label="2 more retained"),
+     run(buf="b", label="last 2 retained"), spec_stats(keys=("rounds",), label="rounds still 1"),
+     run(buf="b", label="next model run"), drain(buf="b", label="rest")] + stats_records(),
+    differences=stats_difference("counts"),
+    expect=lambda recs: [e[3] for e in _evs(recs) if e[0] & TOKEN] == G_LONG[:16])
+dsc("draft_proposal_crosses_max_generated",
+    # max_generated_tokens 6: after the first token 5 remain, the proposal has 7 correct drafts
+    [create("r1"), begin("r1", P_LONG, max_gen=6), run(64, label="prefill"),
+     drafts("r1", G_LONG[1:8], label="7 drafts"), run(64, label="turn ends inside the proposal"), pending()]
+    + stats_records(same=("rounds", "draft_tokens_proposed", "zero_accept_rounds"))
+    + [spec_stats(keys=("draft_tokens_accepted", "full_accept_rounds", "partial_accept_rounds"), label="accepted")],
+    # with 5 tokens left, 0.18 verifies 5 of the 7 drafts and emits them as 5 accepted drafts (a
+    # partial-accept round); oga verifies 4 and emits the 5th token as the bonus (a full-accept round);
+    # the tokens are the same
+    differences=dict(stats_difference("counts"), accepted=Difference(
+        SPEC_STATS, "0.18 verifies as many drafts as tokens remain; oga one fewer, the last token is the bonus")),
+    expect=has_reason(MAXGEN_R))
+dsc("draft_proposal_crosses_eos",
+    # P_EOS greedy: 4, 81, 64, EOS; drafts past the EOS
+    [create("r1"), begin("r1", P_EOS, max_gen=10), run(64, label="prefill"),
+     drafts("r1", [81, 64, 2, 5, 6], label="drafts through EOS"), run(64, label="ends at EOS"), pending()],
+    expect=has_reason(EOS_R))
+dsc("draft_not_decode_ready",
+    [create("r1"), drafts("r1", [5], label="no turn"), begin("r1", P_LONG, max_gen=4),
+     drafts("r1", [5], label="queued"), drafts("r1", [], label="empty while queued"), run(64, label="prefill"),
+     drafts("r1", [], label="empty clears"), drain(64), drafts("r1", [5], label="turn finished"),
+     close("r1"), drafts("r1", [5], label="closed")],
+    expect=raises("ready to decode"))
+dsc("draft_too_many_keeps_previous",
+    # an invalid replacement keeps the previous proposal
+    [create("r1"), begin("r1", P_LONG, max_gen=8), run(64, label="prefill"),
+     drafts("r1", G_LONG[1:4], label="3 drafts"), drafts("r1", G_LONG[1:9], label="8 drafts"),
+     run(64, label="previous proposal verified"), drafts("r1", [5, 5], label="2 wrong"),
+     drafts("r1", [], label="cleared"), run(64, label="one token"), drain(64)]
+    + stats_records(same=NO_PROPOSED) + [spec_stats(keys=("draft_tokens_proposed",), label="proposed")],
+    differences=dict(stats_difference("counts"), proposed=PROPOSED_DIFF),
+    expect=raises("at most 7 draft tokens"))
+dsc("draft_rejected_turn_policies",
+    [create("r1"), create("r2"), create("r3"),
+     turn_options("o1", "r1", max_generated_tokens=4, repetition_penalty=1.1),
+     turn_options("o2", "r2", max_generated_tokens=4, no_repeat_ngram_size=2),
+     begin("r1", P_LONG, opts="o1"), begin("r2", P_B, opts="o2"), begin("r3", P_C, max_gen=8, min_gen=3),
+     run(64, label="prefill"), drafts("r1", [5], label="repetition penalty"),
+     drafts("r2", [5], label="no-repeat n-gram"), drafts("r3", [5], label="below the min floor"),
+     run(64, label="1 more"), drafts("r3", [5], label="still below"), run(64, label="2 more"),
+     drafts("r3", [63], label="at the floor"), drain(64)],
+    expect=raises("repetition_penalty 1"))
+dsc("draft_sampled_turns",
+    # (top_p 0.01 keeps one candidate: the sampled prefill tokens are the greedy ones)
+    # a sampled turn with top_k 0 is refused by both; with a positive top_k 0.18 verifies the
+    # drafts by rejection sampling and oga refuses ("Not supported yet")
+    [create("r1"), create("r2"),
+     turn_options("o1", "r1", max_generated_tokens=4, do_sample=True, top_k=0, top_p=0.01, seed=1),
+     turn_options("o2", "r2", max_generated_tokens=4, do_sample=True, top_k=5, top_p=0.01, seed=1),
+     begin("r1", P_LONG, opts="o1"), begin("r2", P_B, opts="o2"), run(64, label="prefill"),
+     drafts("r1", [5], label="no top_k"), drafts("r2", [5], label="top_k 5"),
+     cancel("r1", 1, label="cancel r1"), cancel("r2", 1, label="cancel r2"), run(64, label="cancelled")],
+    differences={"top_k 5": Difference(NOT_YET, "oga verifies drafts on greedy turns only")},
+    expect=raises("positive top_k"))
+dsc("draft_guided_turn",
+    [create("r1"), turn_options("o", "r1", max_generated_tokens=4, guidance=("regex", "[a-z ]+")),
+     begin("r1", [5], opts="o"), run(64, label="prefill"), drafts("r1", [5], label="guided"),
+     cancel("r1", 1), run(64, label="cancelled")])
+dsc("draft_cancel_with_pending_proposal",
+    # cancel discards the pending proposal; the next turn starts without it
+    [create("r1"), begin("r1", P_LONG, max_gen=8), run(64, label="prefill"),
+     drafts("r1", G_LONG[1:5], label="4 drafts"), cancel("r1", 1, label="cancel"), run(64, label="cancelled"),
+     pending(), drafts("r1", [5], label="after cancel"), begin("r1", [5], max_gen=3, label="next turn"),
+     drain(64, label="next turn runs")]
+    + stats_records(same=NO_PROPOSED) + [spec_stats(keys=("draft_tokens_proposed",), label="proposed")],
+    differences=dict(stats_difference("counts"), proposed=PROPOSED_DIFF),
+    expect=has_reason(CANCELLED_R))
+dsc("draft_speculative_stats",
+    # the counts oga fills, after a few rounds (one all-right, one partly wrong, one all-wrong)
+    [create("r1"), begin("r1", P_LONG, max_gen=20), run(64, label="prefill"),
+     *stats_records("before drafts"),
+     drafts("r1", G_LONG[1:4], label="3 right"), run(64, label="round 1"),
+     drafts("r1", G_LONG[5:7] + [1, 1], label="2 right 2 wrong"), run(64, label="round 2"),
+     drafts("r1", [1], label="1 wrong"), run(64, label="round 3"),
+     *stats_records("after 3 rounds"), drain(64), *stats_records("after drain")],
+    differences=stats_difference("before drafts", "after 3 rounds", "after drain"),
+    expect=lambda recs: [e[3] for e in _evs(recs) if e[0] & TOKEN] == G_LONG[:20])
 
 SCENARIOS = {s.name: s for s in S}
 assert len(SCENARIOS) == len(S), "duplicate scenario names"
