@@ -117,9 +117,7 @@ size_t RingBlocksFor(const ModelConfig& config, const OgaExtModelExecutor& execu
   }
   if (full_layers == 0) throw ApiError("A paged model needs at least one layer that keeps the whole sequence.");
   if (config.dynamic_batching->prefix_caching.value_or(false)) {
-    throw ApiError(
-        "Prefix caching does not yet support sliding-window rings. Set engine.dynamic_batching.prefix_caching to "
-        "false.");
+    throw ApiError("Prefix caching does not yet support sliding-window paged KV rings.");  // 0.18's text
   }
   const uint64_t chunk = static_cast<uint64_t>(config.search.chunk_size);
   const uint64_t window = static_cast<uint64_t>(decoder.sliding_window->window_size);

@@ -128,7 +128,7 @@ def test_enabling_conditions_and_their_messages():
         og.Engine(ogt.create_test_model(sliding_window=(8, [1])))
     with pytest.raises(RuntimeError, match=r"^A paged model needs at least one layer that keeps the whole sequence\.$"):
         og.Engine(ogt.create_test_model(sliding_window=(8, [0, 1]), chunk_size=4))
-    with pytest.raises(RuntimeError, match=r"^Prefix caching does not yet support sliding-window rings\."):
+    with pytest.raises(RuntimeError, match=r"^Prefix caching does not yet support sliding-window paged KV rings\.$"):
         og.Engine(ogt.create_test_model(sliding_window=(8, [1]), chunk_size=4, prefix_caching=True))
     # Without the key, prefix caching is simply off for ring models.
     _, engine = ring_engine(prefix_caching=None)

@@ -98,6 +98,7 @@ def build_model_dirs(root) -> Dict[str, Tuple[str, Optional[str]]]:
                             overrides=INVALID_UTF8 if tokenizer == "invalid_utf8" else None,
                             style="spm" if tokenizer == "spm" else "byte_level")
         dirs[name] = (path, overlay)
+    dirs.update(build_ring_model_dirs(root))
     # The static path runs OGA's own CPU build (contiguous GroupQueryAttention caches), made by
     # onnxruntime-genai's builder from a fixed random Llama checkpoint (tests/static_models.py).
     from static_models import build_tiny_llama
@@ -107,6 +108,70 @@ def build_model_dirs(root) -> Dict[str, Tuple[str, Optional[str]]]:
         build_tiny_llama(path, max_length=64)
         open(os.path.join(path, ".complete"), "w").close()
     dirs["static"] = (path, None)
+    return dirs
+
+
+# ---------------------------------------------------------------------------------------------
+# Sliding-window ring models (reference E.6)
+# ---------------------------------------------------------------------------------------------
+# 3-layer variants of the suite's model (vocab 97, EOS 2, context 64, seed 3) whose layers 0 and 2
+# keep their K/V in a sliding-window ring (`DecoderSpec.sliding_window_layers`, layer 1 keeps the
+# whole sequence), block size 4, search.chunk_size C: each request gets R = ceil((C + W - 1) / 4)
+# ring blocks. "ring4": W 10, C 4 (R 4: 16 ring slots); "ring6": W 9, C 6 (R 4). A key with
+# `same_as` reuses a directory with an overlay; `drop_chunk_size` copies the directory without
+# search.chunk_size (the key absent, which an overlay cannot express).
+RING_MODEL_CONFIGS: Dict[str, dict] = {
+    "ring4": dict(window=10, layers=[0, 2], chunk_size=4, block_size=4, num_blocks=64, max_batch_size=4,
+                  max_scheduled_tokens=64),
+    "ring6": dict(window=9, layers=[0, 2], chunk_size=6, block_size=4, num_blocks=64, max_batch_size=4,
+                  max_scheduled_tokens=64),
+    # at most two residents: a third request waits for a ring to come free
+    "ring4_batch2": dict(same_as="ring4", overlay='{"engine": {"dynamic_batching": {"max_batch_size": 2}}}'),
+    # the global budget (3) below C (4): prefill steps carry 3 query tokens
+    "ring4_budget3": dict(same_as="ring4", overlay='{"engine": {"dynamic_batching": {"max_scheduled_tokens": 3}}}'),
+    # search.chunk_size absent
+    "ring4_nochunk": dict(same_as="ring4", drop_chunk_size=True),
+}
+
+
+def ring_model_spec(window, layers):
+    from oga.models.random_weights import tiny_spec
+
+    return tiny_spec(vocab_size=97, context_length=64, num_layers=3, sliding_window=window,
+                     sliding_window_layers=list(layers))
+
+
+def build_ring_model_dirs(root) -> Dict[str, Tuple[str, Optional[str]]]:
+    """{configuration name: (directory, overlay or None)} for RING_MODEL_CONFIGS; builds the missing ones."""
+    import json
+    import os
+    import shutil
+
+    from oga.models import build
+
+    dirs = {}
+    for name, cfg in RING_MODEL_CONFIGS.items():
+        cfg = dict(cfg)
+        overlay = cfg.pop("overlay", None)
+        path = os.path.join(str(root), name)
+        if cfg.pop("drop_chunk_size", False):
+            source = dirs[cfg["same_as"]][0]
+            if not os.path.exists(os.path.join(path, "genai_config.json")):
+                shutil.copytree(source, path)
+                with open(os.path.join(path, "genai_config.json"), encoding="utf-8") as f:
+                    config = json.load(f)
+                del config["search"]["chunk_size"]
+                with open(os.path.join(path, "genai_config.json"), "w", encoding="utf-8") as f:
+                    json.dump(config, f, indent=4)
+            dirs[name] = (path, overlay)
+            continue
+        if "same_as" in cfg:
+            dirs[name] = (dirs[cfg["same_as"]][0], overlay)
+            continue
+        if not os.path.exists(os.path.join(path, "genai_config.json")):
+            spec = ring_model_spec(cfg.pop("window"), cfg.pop("layers"))
+            build(None, path, random_spec=spec, seed=MODEL_SEED, context_length=64, **cfg)
+        dirs[name] = (path, overlay)
     return dirs
 
 

@@ -1287,5 +1287,157 @@ dsc("draft_speculative_stats",
     differences=stats_difference("before drafts", "after 3 rounds", "after drain"),
     expect=lambda recs: [e[3] for e in _evs(recs) if e[0] & TOKEN] == G_LONG[:20])
 
+# ---------------------------------------------------------------------------------------------
+# Sliding-window ring models (reference E.6; scenario.RING_MODEL_CONFIGS)
+# ---------------------------------------------------------------------------------------------
+# ring4: layers 0 and 2 windowed (W 10) in a ring of 4 blocks of 4 (16 slots), C 4; ring6: W 9, C 6.
+# A 30-token prompt prefills in ceil(30 / C) steps and, with 30 generated tokens, laps the ring
+# almost four times.
+RING_P30 = list(range(3, 33))
+RING_P30B = [(7 * i + 5) % 90 + 3 for i in range(30)]
+RING_P21 = list(range(60, 81))
+RING_P13 = [(11 * i + 4) % 90 + 3 for i in range(13)]
+RING_NEEDS_CHUNK = ("This model holds its sliding-window layers in a ring of blocks, which only works if the prefill "
+                    "is chunked. Set search.chunk_size in genai_config.json.")
+RING_OUT_OF_RANGE = "Sliding-window layer index is outside the decoder layer range."
+
+# Differences the scenarios below show, declared under README "Sliding-window settings are checked when
+# the model loads"
+RING_XFAIL_RANGE = (
+    '0.18 creates the Model and refuses at Engine creation; oga refuses at Model creation (og.Model / '
+    'OgaCreateModelFromConfig, src/c_api_model.cpp) with the same text')
+RING_XFAIL_ALL_WINDOWED = (
+    "0.18: og.Model succeeds, the Engine raises 'A paged model needs at least one layer that keeps the "
+    "whole sequence.'; oga: og.Model raises '<dir>/model.onnx: every paged layer is a sliding-window ring"
+    " layer; a paged model needs at least one layer that keeps the whole sequence.' (oga/onnx_executor.py"
+    ' _validate_window)')
+RING_XFAIL_WINDOW_ZERO = (
+    "0.18: og.Model succeeds, the Engine raises 'Sliding-window size must be greater than zero.'; oga: "
+    "the config raises 'JSON Error: window_size must be > 0 at line 1 index 58'")
+RING_XFAIL_OVERLAY = (
+    '0.18 replaces model.decoder.sliding_window when an overlay names it (missing fields reset: layers '
+    "only -> Engine 'Sliding-window size must be greater than zero.'; window only / layers [] -> no ring "
+    'layers, every turn ends FAILED with ENGINE_EXECUTION_FAILURE, missing input block_table_windowed); '
+    'oga merges the overlay into the object (layers only and window only run the ring) and refuses layers'
+    " [] at og.Model ('<dir>/model.onnx: the graph takes 'block_table_windowed' ..., but "
+    "model.decoder.sliding_window names no layers to keep in the ring.')")
+
+
+RING_LOAD = "Sliding-window settings are checked when the model loads"
+
+
+def _ring_load_difference(why, *labels):
+    """Every record of `labels` (model and engine creation) may differ, for the reason `why`."""
+    return {f"{label}: {step}": Difference(RING_LOAD, why) for label in labels for step in ("model", "engine")}
+
+
+def ring(name, actions, model="ring4", **kw):
+    sc(name, actions, model=model, **kw)
+
+
+def ring_overlay(label, overlay, name):
+    """model(overlay) then an engine from it, then one short turn on that engine (if it exists)."""
+    return [model(overlay, name=name, label=f"{label}: model"), engine_from(f"e_{name}", name, label=f"{label}: engine")]
+
+
+ring("ring_long_prompt_long_generation",
+     [capabilities(), create("r1"), begin("r1", RING_P30, max_gen=30), pending(), drain(64)],
+     expect=has_reason(MAXGEN_R))
+ring("ring_long_prompt_long_generation_c6",
+     [capabilities(), create("r1"), begin("r1", RING_P30, max_gen=30), drain(64), create("r2"),
+      begin("r2", RING_P30B, max_gen=30), drain(64)], model="ring6", expect=has_reason(MAXGEN_R))
+ring("ring_prefill_step_by_step",
+     # C 4: the 30-token prompt takes 8 steps, the first token comes with the last prefill step
+     [create("r1"), begin("r1", RING_P30, max_gen=4), run(64, times=9, label="nine runs"), drain(64)])
+ring("ring_concurrent_admissions_and_departures",
+     [create("r1"), create("r2"), create("r3"), begin("r1", RING_P30, max_gen=6), begin("r2", RING_P21, max_gen=20),
+      begin("r3", RING_P13, max_gen=12), run(64, times=4, label="mixed prefill"), create("r4"),
+      begin("r4", RING_P30B, max_gen=25), drain(64, label="r1 departs, r4 admitted"), create("r5"),
+      begin("r5", RING_P30, max_gen=6, label="r5 repeats r1 on a reused ring"), drain(64)],
+     expect=has_reason(MAXGEN_R))
+ring("ring_concurrent_admissions_and_departures_c6",
+     [create("r1"), create("r2"), create("r3"), begin("r1", RING_P30, max_gen=6), begin("r2", RING_P21, max_gen=20),
+      begin("r3", RING_P13, max_gen=12), run(64, times=3), create("r4"), begin("r4", RING_P30B, max_gen=25),
+      drain(64)], model="ring6", expect=has_reason(MAXGEN_R))
+ring("ring_waits_for_a_free_ring",
+     # two residents at most: a third request waits (r1's completed turn keeps its ring) until r1 is closed
+     [create("r1"), create("r2"), create("r3"), begin("r1", RING_P30, max_gen=3), begin("r2", RING_P21, max_gen=10),
+      drain(64), begin("r3", RING_P30B, max_gen=8), run(64, times=2, label="r3 blocked"),
+      begin("r2", RING_P13, max_gen=12, label="r2 turn 2"), run(64, times=3), close("r1", label="r1 departs"),
+      drain(64, label="r3 takes r1's ring"), close("r2"), create("r4"), begin("r4", RING_P13, max_gen=20), drain(64)],
+     model="ring4_batch2", expect=all_of(has_flag(CAPACITY_BLOCKED, DEFERRED), has_reason(MAXGEN_R)))
+ring("ring_continuation_turns",
+     [create("r1"), begin("r1", RING_P21, max_gen=10), drain(64), begin("r1", RING_P13, max_gen=10), drain(64),
+      begin("r1", [5, 6, 7], max_gen=8), drain(64)], expect=has_reason(MAXGEN_R))
+ring("ring_continuation_turns_c6",
+     [create("r1"), begin("r1", RING_P21, max_gen=10), drain(64), begin("r1", RING_P13, max_gen=10), drain(64),
+      begin("r1", [5, 6, 7], max_gen=8), drain(64)], model="ring6")
+ring("ring_cancel_during_prefill_and_decode",
+     [create("r1"), create("r2"), begin("r1", RING_P30, max_gen=10), begin("r2", RING_P21, max_gen=12),
+      run(64, times=3, label="prefill steps"), cancel("r1", 1, label="cancel r1 mid-prefill"), run(64, times=5),
+      cancel("r2", 1, label="cancel r2 mid-decode"), drain(64), begin("r1", RING_P13, max_gen=6, label="r1 turn 2"),
+      begin("r2", [9, 10], max_gen=6, label="r2 turn 2"), drain(64)], expect=has_reason(CANCELLED_R))
+ring("ring_rewind_then_continue",
+     [create("r1"), begin("r1", RING_P21, max_gen=6), drain(64), begin("r1", RING_P13, max_gen=6), drain(64),
+      begin("r1", [40, 41, 42], max_gen=6), drain(64), rewind("r1", 2, label="rewind 2"),
+      begin("r1", RING_P13, max_gen=6, label="turn 4 repeats turn 2"), drain(64, label="turn 4 events"),
+      rewind("r1", 1, label="rewind 1"), begin("r1", RING_P30B, max_gen=20, label="turn 5"),
+      drain(64, label="turn 5 events"), create("ref"), begin("ref", RING_P21, max_gen=6), drain(64),
+      begin("ref", RING_P30B, max_gen=20), drain(64, label="reference events")])
+ring("ring_rewind_inside_the_window",
+     # a rewind by fewer than W positions: the ring still holds positions the new turn's queries read
+     [create("r1"), begin("r1", RING_P30, max_gen=5), drain(64), begin("r1", [9, 10], max_gen=3), drain(64),
+      rewind("r1", 2, label="rewind 2"), begin("r1", [11, 12, 13], max_gen=12, label="turn 3"),
+      drain(64, label="turn 3 events")])
+ring("ring_global_budget_below_chunk_size",
+     # engine.dynamic_batching.max_scheduled_tokens 3 < C 4: the global budget chunks the prefills
+     [capabilities(), create("r1"), create("r2"), begin("r1", RING_P30, max_gen=12), begin("r2", RING_P21, max_gen=8),
+      run(64, times=6, label="budget-bound steps"), drain(64)], model="ring4_budget3", expect=has_reason(MAXGEN_R))
+ring("ring_chunk_size_overlays",
+     # search.chunk_size 2 (smaller ring) and 12 (larger steps, larger ring) on the same graph
+     ring_overlay("chunk 2", '{"search": {"chunk_size": 2}}', "c2")
+     + [create("a", engine="e_c2"), begin("a", RING_P30, max_gen=20), drain(64, engine="e_c2", label="chunk 2 events")]
+     + ring_overlay("chunk 12", '{"search": {"chunk_size": 12}}', "c12")
+     + [create("b", engine="e_c12"), begin("b", RING_P30, max_gen=20),
+        drain(64, engine="e_c12", label="chunk 12 events")], expect=has_reason(MAXGEN_R))
+ring("ring_chunk_size_zero",
+     ring_overlay("chunk 0", '{"search": {"chunk_size": 0}}', "c0"), expect=raises(RING_NEEDS_CHUNK))
+ring("ring_chunk_size_absent", [capabilities()], model="ring4_nochunk", expect=raises(RING_NEEDS_CHUNK))
+ring("ring_window_layer_out_of_range",
+     ring_overlay("layer 3", '{"model": {"decoder": {"sliding_window": {"window_size": 10, "layers": [0, 3]}}}}', "l3")
+     + ring_overlay("layer -1", '{"model": {"decoder": {"sliding_window": {"window_size": 10, "layers": [0, -1]}}}}',
+                    "lm1"), expect=raises(RING_OUT_OF_RANGE),
+     differences=_ring_load_difference(RING_XFAIL_RANGE, "layer 3", "layer -1"))
+ring("ring_every_layer_windowed",
+     ring_overlay("all layers",
+                  '{"model": {"decoder": {"sliding_window": {"window_size": 10, "layers": [0, 1, 2]}}}}', "all"),
+     expect=raises("A paged model needs at least one layer that keeps the whole sequence."),
+     differences=_ring_load_difference(RING_XFAIL_ALL_WINDOWED, "all layers"))
+ring("ring_window_size_zero",
+     ring_overlay("window 0", '{"model": {"decoder": {"sliding_window": {"window_size": 0, "layers": [0, 2]}}}}', "w0"),
+     expect=raises("Sliding-window size must be greater than zero."),
+     differences=_ring_load_difference(RING_XFAIL_WINDOW_ZERO, "window 0"))
+ring("ring_sliding_window_overlay_replaces_the_object",
+     # 0.18 parses an overlaid model.decoder.sliding_window as a whole new object: the fields it leaves out reset
+     ring_overlay("layers only", '{"model": {"decoder": {"sliding_window": {"layers": [0, 2]}}}}', "lo")
+     + ring_overlay("window only", '{"model": {"decoder": {"sliding_window": {"window_size": 10}}}}', "wo")
+     + [create("a", engine="e_wo"), begin("a", RING_P21, max_gen=4), drain(64, engine="e_wo", label="window only events")]
+     + ring_overlay("no layers", '{"model": {"decoder": {"sliding_window": {"window_size": 10, "layers": []}}}}', "nl")
+     + [create("b", engine="e_nl", label="no layers create"), begin("b", RING_P21, max_gen=4, label="no layers begin"),
+        drain(64, engine="e_nl", label="no layers events")],
+     differences={"layers only: engine": Difference(RING_LOAD, RING_XFAIL_OVERLAY),
+                  **_ring_load_difference(RING_XFAIL_OVERLAY, "no layers"),
+                  "window only events": Difference(RING_LOAD, RING_XFAIL_OVERLAY),
+                  **{label: Difference(RING_LOAD, RING_XFAIL_OVERLAY)
+                     for label in ("no layers create", "no layers begin", "no layers events")}})
+ring("ring_prefix_caching",
+     # absent: both run without caching (cached_prompt_tokens 0 for a repeated prompt); explicit true is refused
+     [create("r1"), begin("r1", RING_P21, max_gen=3), drain(64), create("r2"), begin("r2", RING_P21, max_gen=3),
+      drain(64, label="repeated prompt")]
+     + ring_overlay("prefix caching false", '{"engine": {"dynamic_batching": {"prefix_caching": false}}}', "pf")
+     + [create("r3", engine="e_pf"), begin("r3", RING_P21, max_gen=3), drain(64, engine="e_pf", label="false events")]
+     + ring_overlay("prefix caching true", '{"engine": {"dynamic_batching": {"prefix_caching": true}}}', "pt"),
+     expect=raises("Prefix caching does not yet support sliding-window"))
+
 SCENARIOS = {s.name: s for s in S}
 assert len(SCENARIOS) == len(S), "duplicate scenario names"
