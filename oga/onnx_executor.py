@@ -12,6 +12,15 @@ model.decoder.sliding_window keep their KV in a ring; their caches are
 [window_blocks, block_size, kv_heads, head_size] (window_blocks from the engine geometry), bound
 the same way, and every step binds the engine's windowed block table next to the full one.
 
+Fixed decoder state (hybrid models, reference E.5): model.decoder.state_groups may list
+fixed_conv / fixed_recurrent groups beside the paged_kv group. OnnxDecoder expands their
+templates (model.decoder.inputs past_conv_names / past_recurrent_names, outputs present_conv_names /
+present_recurrent_names, OGA's defaults when absent), validates every input/output pair (both
+present, one dtype, identical statically known per-row geometry, a dynamic batch axis 0) and
+exposes them as `fixed_states` (FixedStateTensor, in group then layer order). The engine owns the
+state memory: OnnxEngineExecutor.execute takes `fixed_state`, one (input address, output address)
+pair per fixed tensor, each [num_rows, *row_shape] contiguous, and binds them by address.
+
 The Cython trampolines in _core.pyx call `load_decoder` (at OgaCreateModel) and the methods of
 `OnnxDecoder` / `OnnxEngineExecutor` (at engine creation and at every step).
 """
@@ -20,6 +29,7 @@ import json
 import os
 import time
 import weakref
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -45,6 +55,26 @@ _OUT_OF_MEMORY_MARKERS = ("bad_alloc", "failed to allocate memory", "out of memo
 
 class ModelLoadError(RuntimeError):
     pass
+
+
+# kind -> (inputs key, OGA's default input template, outputs key, default output template)
+FIXED_STATE_KINDS = {
+    "fixed_conv": ("past_conv_names", "past_key_values.%d.conv_state", "present_conv_names", "present.%d.conv_state"),
+    "fixed_recurrent": ("past_recurrent_names", "past_key_values.%d.recurrent_state", "present_recurrent_names",
+                        "present.%d.recurrent_state"),
+}
+
+
+@dataclass(frozen=True)
+class FixedStateTensor:
+    """One validated fixed-state binding: per request row, `row_shape` elements of `dtype`."""
+    kind: str                 # "fixed_conv" | "fixed_recurrent"
+    layer: int                # logical layer id
+    input_name: str           # graph input (the committed state of each row)
+    output_name: str          # graph output (the state after the row's last packed token)
+    dtype: type               # numpy scalar type
+    row_shape: tuple          # static non-batch dimensions
+    row_bytes: int            # bytes of one row
 
 
 def classify_failure(error):
@@ -121,7 +151,12 @@ class OnnxDecoder:
     def _validate(self):
         n = self.names
         self.static = not n["block_size"]
+        self.fixed_states = ()
+        self.fixed_state_row_bytes = 0
         if self.static:
+            if any(isinstance(g, dict) and g.get("kind") in FIXED_STATE_KINDS
+                   for g in self.decoder_config.get("state_groups") or []):
+                raise ModelLoadError(f"{self.path}: Fixed decoder state groups require engine.dynamic_batching.")
             self._validate_static()
             return
         self._check(self.inputs, n["input_ids"], ("tensor(int64)",), 1, "input")
@@ -154,6 +189,78 @@ class OnnxDecoder:
         # OGA's convention: a first logits dimension named batch_size means one row per request.
         self.per_token_logits = not self.has_logits_indices and logits.shape[0] != "batch_size"
         self._validate_caches()
+        self._validate_fixed_states()
+
+    def _validate_fixed_states(self):
+        """The fixed_conv / fixed_recurrent groups of model.decoder.state_groups (reference E.5)."""
+        config = self.decoder_config
+        groups = config.get("state_groups") or []
+        inputs_config = config.get("inputs", {}) or {}
+        outputs_config = config.get("outputs", {}) or {}
+        layers = config.get("num_hidden_layers")
+        tensors = []
+        for group in groups:
+            kind = group.get("kind") if isinstance(group, dict) else None
+            if kind == "paged_kv":
+                continue
+            if kind not in FIXED_STATE_KINDS:
+                raise ModelLoadError(f"{self.path}: unknown model.decoder.state_groups kind {kind!r} (expected "
+                                     "paged_kv, fixed_conv or fixed_recurrent).")
+            in_key, in_default, out_key, out_default = FIXED_STATE_KINDS[kind]
+            templates = []
+            for section, key, default in (("inputs", in_key, in_default), ("outputs", out_key, out_default)):
+                template = (inputs_config if section == "inputs" else outputs_config).get(key, default)
+                if not isinstance(template, str) or template.count("%d") != 1 or template.count("%") != 1:
+                    raise ModelLoadError(f"{self.path}: model.decoder.{section}.{key} {template!r} must contain "
+                                         "exactly one %d (the layer id).")
+                templates.append(template)
+            for layer in group.get("layer_ids") or []:
+                layer = int(layer)
+                if isinstance(layers, int) and not 0 <= layer < layers:
+                    raise ModelLoadError(f"{self.path}: {kind} layer {layer} is outside the decoder layers "
+                                         f"[0, {layers}).")
+                tensors.append(self._fixed_tensor(kind, layer, templates[0] % layer, templates[1] % layer))
+        seen = {}
+        for t in tensors:
+            for name in (t.input_name, t.output_name):
+                if name in seen:
+                    raise ModelLoadError(f"{self.path}: fixed state tensor '{name}' is named by two bindings "
+                                         f"({seen[name]} and {t.kind} layer {t.layer}).")
+                seen[name] = f"{t.kind} layer {t.layer}"
+        self.fixed_states = tuple(tensors)
+        self.fixed_state_row_bytes = sum(t.row_bytes for t in tensors)
+
+    def _fixed_tensor(self, kind, layer, input_name, output_name):
+        where = f"{kind} layer {layer}"
+        meta = self.inputs.get(input_name)
+        if meta is None:
+            raise ModelLoadError(f"{self.path}: the graph has no input '{input_name}' (the {where} state named by "
+                                 "genai_config.json).")
+        out = self.outputs.get(output_name)
+        if out is None:
+            raise ModelLoadError(f"{self.path}: the graph has no output '{output_name}' (the {where} state named by "
+                                 "genai_config.json).")
+        if meta.type not in _ORT_TYPES:
+            self._fail(input_name, "a float, float16, int32 or int64 state", f"has type {meta.type}")
+        if out.type != meta.type:
+            self._fail(output_name, f"the type of '{input_name}' ({meta.type})", f"has type {out.type}")
+        for name, shape in ((input_name, meta.shape), (output_name, out.shape)):
+            if len(shape) < 2:
+                self._fail(name, "[batch, state dims...] (rank 2 or more)", f"has shape {shape}")
+            batch = shape[0]
+            if isinstance(batch, int) and batch == 0:
+                self._fail(name, "a non-zero batch axis 0", f"has shape {shape}")
+            if isinstance(batch, int) and batch > 0:
+                self._fail(name, "a dynamic batch axis 0 (one row per scheduled request)", f"has shape {shape}")
+            if not all(isinstance(d, int) and d > 0 for d in shape[1:]):
+                self._fail(name, "statically known positive non-batch dimensions", f"has shape {shape}")
+        if tuple(out.shape[1:]) != tuple(meta.shape[1:]):
+            self._fail(output_name, f"the per-row geometry of '{input_name}' {meta.shape}", f"has shape {out.shape}")
+        dtype = _ORT_TYPES[meta.type]
+        row_shape = tuple(int(d) for d in meta.shape[1:])
+        return FixedStateTensor(kind=kind, layer=layer, input_name=input_name, output_name=output_name,
+                                dtype=dtype, row_shape=row_shape,
+                                row_bytes=int(np.prod(row_shape)) * np.dtype(dtype).itemsize)
 
     def _validate_window(self):
         """Sliding-window ring layers: the graph takes block_table_windowed, and the layers that
@@ -280,6 +387,8 @@ class OnnxEngineExecutor:
         # since the previous step is not rebound.
         self._bound = {}
         self.vocab = n["vocab_size"]
+        # the decoder's FixedStateTensor list (empty without fixed state); execute binds them
+        self.fixed_states = decoder.fixed_states
         shape = (geometry["num_blocks"],) + tuple(decoder.cache_geometry)
         ring_shape = (geometry.get("window_blocks", 0),) + tuple(decoder.cache_geometry)
         self.caches = []
@@ -309,12 +418,49 @@ class OnnxEngineExecutor:
             self.binding.bind_input(name, "cpu", 0, dtype, shape, address)
             self._bound[name] = key
 
+    def _bind_fixed_state(self, num_rows, fixed_state):
+        """Binds each fixed tensor's (input, output) addresses for `num_rows` rows; returns an error
+        message or ""."""
+        tensors = self.decoder.fixed_states
+        if not tensors:
+            if fixed_state:
+                return "the step passes fixed_state, but the decoder has no fixed state tensors"
+            return ""
+        if fixed_state is None or len(fixed_state) != len(tensors):
+            return (f"the decoder has {len(tensors)} fixed state tensors "
+                    f"({', '.join(t.input_name for t in tensors)}), but the step passes "
+                    f"{0 if fixed_state is None else len(fixed_state)} (input, output) address pairs")
+        for tensor, pair in zip(tensors, fixed_state):
+            try:
+                source, target = (int(a) for a in pair)
+            except (TypeError, ValueError):
+                return f"fixed state '{tensor.input_name}': expected an (input address, output address) pair"
+            if not source or not target:
+                return f"fixed state '{tensor.input_name}': a null address"
+            size = num_rows * tensor.row_bytes
+            if source < target + size and target < source + size:
+                return (f"fixed state '{tensor.input_name}': the output '{tensor.output_name}' overlaps the input "
+                        "(a step must not write over the state it reads)")
+            shape = (num_rows,) + tensor.row_shape
+            self._bind_input(tensor.input_name, tensor.dtype, shape, source)
+            key = ("fixed", target, shape)
+            if self._bound.get(tensor.output_name) != key:
+                self.binding.bind_output(tensor.output_name, "cpu", 0, tensor.dtype, shape, target)
+                self._bound[tensor.output_name] = key
+        return ""
+
     def execute(self, num_rows, num_tokens, input_ids, position_ids, cumulative, past, block_table, columns,
-                attention_metadata, logits_indices, block_table_windowed=0):
+                attention_metadata, logits_indices, block_table_windowed=0, fixed_state=None):
         """Binds this step's packed buffers (addresses owned by the engine) and runs the session.
-        Returns (status, message, logits address, rows)."""
+        `fixed_state`: for a decoder with fixed state tensors, one (input address, output address)
+        pair per entry of decoder.fixed_states, in that order, each [num_rows, *row_shape]
+        contiguous memory of the tensor's dtype, row r being packed row r; the input and output
+        must not overlap. Returns (status, message, logits address, rows)."""
         n = self.names
         bind = self._bind_input
+        error = self._bind_fixed_state(num_rows, fixed_state)
+        if error:
+            return STATUS_FATAL, error, 0, 0
         bind(n["input_ids"], np.int64, (num_tokens,), input_ids)
         bind(n["cumulative_sequence_lengths"], np.int32, (num_rows + 1,), cumulative)
         bind(n["past_sequence_lengths"], np.int32, (num_rows,), past)

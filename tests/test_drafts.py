@@ -322,8 +322,8 @@ def test_set_draft_tokens_admission_rules():
         (dict(repetition_penalty=1.2), "require repetition_penalty 1"),
         (dict(no_repeat_ngram_size=2), "require repetition_penalty 1"),
         (dict(min_generated_tokens=5), "past its minimum generated token count"),
-        (dict(do_sample=True, top_k=0, top_p=0.9), "^Sampled speculative draft tokens require a positive top_k\\.$"),
-        (dict(do_sample=True, top_k=5), "sampled turns is not supported yet"),
+        (dict(do_sample=True, top_k=0, top_p=0.9, seed=5), "^Sampled speculative draft tokens require a positive top_k\\.$"),
+        (dict(do_sample=True, top_k=5, seed=5), "sampled turns is not supported yet"),
     ]:
         q = engine.create_request()
         decode_ready(engine, q, [5, 9, 13], max_gen=10, **setters)

@@ -54,6 +54,10 @@ def make_parser() -> argparse.ArgumentParser:
                    help="attention window of the windowed layers (every layer unless --sliding-window-layers)")
     r.add_argument("--sliding-window-layers", metavar="I,J,...",
                    help="only these layers are windowed, kept in a sliding-window ring (cpu target)")
+    r.add_argument("--layer-types", metavar="KIND,KIND,...",
+                   help="hybrid decoder: one of attention, conv, recurrent per layer (cpu target; at least "
+                        "one attention layer)")
+    r.add_argument("--conv-kernel", type=_positive, default=4, help="kernel of the conv layers")
     r.add_argument("--seed", type=int, default=0)
     return parser
 
@@ -78,7 +82,9 @@ def random_spec_from_args(args):
         rope_theta=10000.0, rope_scaling=None, rms_norm_eps=1e-5, context_length=args.max_position,
         tie_word_embeddings=False, qkv_bias=args.architecture == "qwen2", sliding_window=args.sliding_window,
         bos_token_id=min(1, args.vocab - 1), eos_token_ids=[min(2, args.vocab - 1)], pad_token_id=0,
-        sliding_window_layers=_layer_list(args.sliding_window_layers))
+        sliding_window_layers=_layer_list(args.sliding_window_layers),
+        layer_types=[part.strip() for part in args.layer_types.split(",")] if args.layer_types else None,
+        conv_kernel=args.conv_kernel)
     spec.check()
     return spec
 

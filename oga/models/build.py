@@ -5,6 +5,8 @@
     oga.models.build(None, "out/tiny", random_spec=tiny_spec())                   # random weights
     oga.models.build(None, "out/ring", chunk_size=32,                             # sliding-window ring
                      random_spec=tiny_spec(num_layers=4, sliding_window=64, sliding_window_layers=[0, 2]))
+    oga.models.build(None, "out/hybrid",                                          # fixed-state layers
+                     random_spec=tiny_spec(num_layers=4, layer_types=["conv", "attention", "recurrent", "attention"]))
 """
 
 from __future__ import annotations
@@ -131,6 +133,8 @@ def build(source, output_dir, *, target: str = "cpu", block_size: int | None = N
     if spec.ring_layers() and target != "cpu":
         raise NotImplementedError("sliding-window ring layers (sliding_window_layers) are built for the cpu "
                                   "target only")
+    if spec.hybrid() and target != "cpu":
+        raise NotImplementedError("hybrid decoders (conv / recurrent layer_types) are built for the cpu target only")
     _say(progress, f"{spec.architecture}: {spec.num_layers} layers, hidden {spec.hidden_size}, "
                    f"{spec.num_heads}/{spec.num_kv_heads} heads, vocab {spec.vocab_size}; "
                    f"building the {target} graph (block size {block_size}, context {context_length})")

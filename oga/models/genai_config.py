@@ -11,6 +11,12 @@ A decoder with sliding-window ring layers (spec.sliding_window_layers) also gets
 `model.decoder.inputs.block_table_windowed` name and `search.chunk_size` (required: the engine
 sizes each request's ring from it, reference E.6). The ring layers' caches use the same
 past/present name templates as the other layers.
+
+A hybrid decoder (spec.layer_types) lists its attention layers in the paged_kv group and its
+fixed-state layers in `fixed_conv` / `fixed_recurrent` groups (empty groups omitted). Their graph
+names are OGA 0.18's default templates (`past_key_values.%d.conv_state`, `present.%d.conv_state`,
+`past_key_values.%d.recurrent_state`, `present.%d.recurrent_state`), so decoder.inputs/outputs do
+not repeat them.
 """
 
 from __future__ import annotations
@@ -34,6 +40,15 @@ def default_context_length(spec: DecoderSpec, target: str) -> int:
 def default_num_blocks(context_length: int, block_size: int, max_batch_size: int) -> int:
     """Enough blocks for `max_batch_size` requests of `context_length` tokens each."""
     return max_batch_size * -(-context_length // block_size)
+
+
+def state_groups(spec: DecoderSpec) -> list[dict]:
+    """model.decoder.state_groups: the paged_kv group, then fixed_conv and fixed_recurrent if any."""
+    groups = [{"kind": "paged_kv", "layer_ids": spec.attention_layers()}]
+    for kind, layers in (("fixed_conv", spec.conv_layers()), ("fixed_recurrent", spec.recurrent_layers())):
+        if layers:
+            groups.append({"kind": kind, "layer_ids": layers})
+    return groups
 
 
 def make_genai_config(spec: DecoderSpec, *, filename: str = "model.onnx", target: str = "cpu",
@@ -100,7 +115,7 @@ def make_genai_config(spec: DecoderSpec, *, filename: str = "model.onnx", target
         "num_attention_heads": int(spec.num_heads),
         "num_hidden_layers": int(spec.num_layers),
         "num_key_value_heads": int(spec.num_kv_heads),
-        "state_groups": [{"kind": "paged_kv", "layer_ids": list(range(spec.num_layers))}],
+        "state_groups": state_groups(spec),
     }
     if ring:
         decoder["sliding_window"] = {"window_size": int(spec.sliding_window), "layers": ring}

@@ -63,6 +63,24 @@ RoPE (Split/Mul/Sub/Add/Concat), two ScatterND (the present caches), the two gro
 a Gather back to packed order, Gemm o_proj, residual Add, RMSNorm, one Gemm for gate|up, SiLU,
 Gemm down_proj, residual Add. Linear layers use Gemm(transB=1) on the HF-layout weights, so a tied
 LM head shares the embedding initializer; the query rows are pre-scaled by 1/sqrt(head_dim).
+
+Hybrid decoders (spec.layer_types): only the attention layers have paged caches. The other layers
+keep one fixed-size state per request, read from a graph input and written to a graph output of
+the same shape, row r of both being packed row r (the rows of cumulative_sequence_lengths):
+
+    past_key_values.%d.conv_state       float32 [batch_size, hidden, conv_kernel - 1]   conv layers
+    past_key_values.%d.recurrent_state  float32 [batch_size, heads, head_dim, head_dim] recurrent layers
+    present.%d.conv_state / present.%d.recurrent_state   the state after the row's last packed token
+
+- conv layer: RMSNorm -> in_proj -> causal depthwise convolution of kernel K over the row's
+  previous K-1 inputs (the state, oldest first) followed by its packed tokens -> out_proj ->
+  residual; the new state is the last K-1 inputs of that sequence. One Gather of
+  concat(state rows, packed inputs) per tap set, no loop.
+- recurrent layer: RMSNorm -> q/k/v (q pre-scaled by 1/sqrt(head_dim)) -> per head
+  S_t = a S_{t-1} + k_t^T v_t, o_t = q_t S_t -> o_proj -> residual, with a = sigmoid(decay). In
+  closed form over a row's chunk of L tokens starting from S_0: o_t = a^(t+1) q_t S_0 +
+  sum_{s<=t} a^(t-s) (q_t . k_s) v_s (a decayed causal mask over the packed tokens of the same row)
+  and S_L = a^L S_0 + sum_s a^(L-1-s) k_s^T v_s (a [rows, tokens] membership MatMul).
 """
 
 from __future__ import annotations
@@ -92,6 +110,10 @@ PAST_KEY = "past_key_values.%d.key"
 PAST_VALUE = "past_key_values.%d.value"
 PRESENT_KEY = "present.%d.key"
 PRESENT_VALUE = "present.%d.value"
+PAST_CONV = "past_key_values.%d.conv_state"            # OGA 0.18's default templates
+PAST_RECURRENT = "past_key_values.%d.recurrent_state"
+PRESENT_CONV = "present.%d.conv_state"
+PRESENT_RECURRENT = "present.%d.recurrent_state"
 
 
 # --------------------------------------------------------------------------------------------
@@ -581,6 +603,120 @@ def _lm_head(g: GraphBuilder, spec: DecoderSpec, x: str, norm_w: str, head_w: st
 
 
 # --------------------------------------------------------------------------------------------
+# Fixed-state layers (hybrid decoders)
+
+@dataclass
+class FixedIndices:
+    """Per-step index tensors of the fixed-state layers, shared by all of them."""
+    rows: str          # int64 [1]: batch_size
+    starts: str        # int64 [B]: first packed token of each row
+    qlen: str          # int64 [B]: tokens of each row in this step
+    row: str           # int64 [N]: row of each packed token
+    offset: str        # int64 [N]: offset of each token within its row's chunk
+    row_ids: str       # int64 [B]: 0 .. B-1
+    same_row: str      # bool [N, N]: token s (column) precedes or is token t (row) of the same row
+    distance: str      # float [N, N]: t - s (clamped at 0)
+    membership: str    # float [B, N]: 1 where token s belongs to row r
+
+
+def _fixed_indices(g: GraphBuilder) -> FixedIndices:
+    g.scope = "fixed_state"
+    cu = g.i64(CU_SEQLENS)
+    starts = g.op("Slice", [cu, g.const([0]), g.const([-1])], "starts")
+    ends = g.op("Slice", [cu, g.const([1]), g.const([2**62])], "ends")
+    qlen = g.op("Sub", [ends, starts], "query_lengths")
+    n = g.op("Shape", [INPUT_IDS], "num_tokens")
+    t = g.op("Range", [g.const(0), g.op("Squeeze", [n, g.const([0])]), g.const(1)], "tokens")
+    done = g.op("LessOrEqual", [g.unsq(ends, [0]), g.unsq(t, [1])], "rows_done")      # [N, B]
+    row = g.op("ReduceSum", [g.i64(done), g.const([1])], "token_row", keepdims=0)
+    offset = g.op("Sub", [t, g.op("Gather", [starts, row])], "token_offset")
+    b = g.op("Shape", [qlen], "batch_size")
+    row_ids = g.op("Range", [g.const(0), g.op("Squeeze", [b, g.const([0])]), g.const(1)], "row_ids")
+    same = g.op("Equal", [g.unsq(row, [1]), g.unsq(row, [0])], "same_row")
+    causal = g.op("LessOrEqual", [g.unsq(t, [0]), g.unsq(t, [1])], "causal")          # s <= t
+    allowed = g.op("And", [same, causal], "allowed")
+    distance = g.op("Cast", [g.op("Max", [g.op("Sub", [g.unsq(t, [1]), g.unsq(t, [0])]), g.const(0)])],
+                    "distance", to=TensorProto.FLOAT)
+    member = g.op("Cast", [g.op("Equal", [g.unsq(row_ids, [1]), g.unsq(row, [0])])], "membership",
+                  to=TensorProto.FLOAT)
+    g.scope = ""
+    return FixedIndices(rows=b, starts=starts, qlen=qlen, row=row, offset=offset, row_ids=row_ids,
+                        same_row=allowed, distance=distance, membership=member)
+
+
+def _conv_layer(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, fi: FixedIndices, weights) -> str:
+    """Causal depthwise convolution over [state (K-1 oldest-first inputs), packed inputs] per row."""
+    p = f"model.layers.{layer}.conv."
+    K, C = int(spec.conv_kernel), spec.hidden_size
+    km = K - 1
+    u = g.op("Gemm", [h, g.initializer(p + "in_proj.weight", _w(weights, p + "in_proj.weight"))], "in_proj",
+             transB=1)                                                                     # [N, C]
+    state = g.op("Transpose", [PAST_CONV % layer], "state/Transpose", perm=[0, 2, 1])   # [B, K-1, C]
+    ext = g.op("Concat", [g.reshape(state, g.const([-1, C])), u], "extended", axis=0)   # [B*(K-1)+N, C]
+    base = g.op("Mul", [fi.rows, g.const([km])], "state_rows")                           # [1]
+
+    def source(rows, starts, rel):
+        """Row of `ext` holding input `rel` (relative to the row's first packed token)."""
+        from_tokens = g.op("Add", [g.unsq(g.op("Add", [starts, base]), [1]), rel])
+        from_state = g.op("Add", [g.unsq(g.op("Add", [g.op("Mul", [rows, g.const(km)]), g.const(km)]), [1]), rel])
+        return g.op("Where", [g.op("GreaterOrEqual", [rel, g.const(0)]), from_tokens, from_state], "source")
+
+    rel = g.op("Add", [g.unsq(g.op("Sub", [fi.offset, g.const(km)]), [1]), g.const(np.arange(K)[None, :])])
+    taps = g.op("Gather", [ext, source(fi.row, g.op("Gather", [fi.starts, fi.row]), rel)], "taps", axis=0)
+    kernel = g.initializer(p + "conv.weight_kc", _w(weights, p + "conv.weight").T.copy())   # [K, C]
+    y = g.op("ReduceSum", [g.op("Mul", [taps, kernel], "taps/Mul"), g.const([1])], "conv", keepdims=0)
+    rel = g.op("Add", [g.unsq(g.op("Sub", [fi.qlen, g.const(km)]), [1]), g.const(np.arange(km)[None, :])])
+    last = g.op("Gather", [ext, source(fi.row_ids, fi.starts, rel)], "last_inputs", axis=0)  # [B, K-1, C]
+    g.op("Transpose", [last], "present/Transpose", outputs=[PRESENT_CONV % layer], perm=[0, 2, 1])
+    return g.op("Gemm", [y, g.initializer(p + "out_proj.weight", _w(weights, p + "out_proj.weight"))],
+                "out_proj", transB=1)
+
+
+def _recurrent_layer(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, fi: FixedIndices, weights) -> str:
+    """The linear recurrence in closed form over each row's chunk (see the module docstring)."""
+    p = f"model.layers.{layer}.linear_attn."
+    nH, D = spec.num_heads, spec.head_dim
+    scale = np.float32(1.0 / np.sqrt(D))
+    qkv_w = np.concatenate([_w(weights, p + "q_proj.weight") * scale, _w(weights, p + "k_proj.weight"),
+                            _w(weights, p + "v_proj.weight")], axis=0)
+    qkv = g.op("Gemm", [h, g.initializer(p + "qkv_proj.weight", qkv_w)], "qkv_proj", transB=1)
+    q, k, v = (g.reshape(part, g.const([-1, nH, D]))
+               for part in g.op("Split", [qkv, g.const([nH * D] * 3)], "qkv/Split", n_out=3, axis=1))
+    decay = _w(weights, p + "decay").astype(np.float64)
+    log_a = g.initializer(p + "log_a", (-np.logaddexp(0.0, -decay)).astype(np.float32))   # log sigmoid, [nH]
+
+    def power(exponent):                                   # a^exponent, exponent float [..., 1]
+        return g.op("Exp", [g.op("Mul", [exponent, log_a])], "power")
+
+    # within the chunk: decayed causal mask over the same row's tokens
+    dec = g.op("Exp", [g.op("Mul", [g.unsq(fi.distance, [0]), g.reshape(log_a, g.const([nH, 1, 1]))])])
+    dec = g.op("Where", [g.unsq(fi.same_row, [0]), dec, g.const(0.0, np.float32)], "decay_mask")  # [nH, N, N]
+    qh = g.op("Transpose", [q], perm=[1, 0, 2])
+    kh = g.op("Transpose", [k], perm=[1, 2, 0])
+    vh = g.op("Transpose", [v], perm=[1, 0, 2])
+    scores = g.op("Mul", [g.op("MatMul", [qh, kh], "QK"), dec], "decayed")
+    intra = g.op("Transpose", [g.op("MatMul", [scores, vh], "PV")], perm=[1, 0, 2])          # [N, nH, D]
+    # from the state: a^(offset+1) q_t S_0
+    s0 = g.op("Gather", [PAST_RECURRENT % layer, fi.row], "state/Gather", axis=0)          # [N, nH, D, D]
+    qs = g.op("MatMul", [g.unsq(q, [2]), s0], "qS")                                         # [N, nH, 1, D]
+    steps = g.op("Cast", [g.op("Add", [fi.offset, g.const(1)])], to=TensorProto.FLOAT)
+    qs = g.op("Mul", [g.reshape(qs, g.const([-1, nH, D])), g.unsq(power(g.unsq(steps, [1])), [2])], "from_state")
+    o = g.reshape(g.op("Add", [intra, qs], "o"), g.const([-1, nH * D]))
+    # the state after the row's last token
+    remaining = g.op("Sub", [g.op("Sub", [g.op("Gather", [fi.qlen, fi.row]), fi.offset]), g.const(1)])
+    kw = g.op("Mul", [k, g.unsq(power(g.unsq(g.op("Cast", [remaining], to=TensorProto.FLOAT), [1])), [2])],
+              "k_weighted")                                                                  # [N, nH, D]
+    outer = g.op("Mul", [g.unsq(kw, [3]), g.unsq(v, [2])], "outer")                           # [N, nH, D, D]
+    added = g.op("MatMul", [fi.membership, g.reshape(outer, g.const([-1, nH * D * D]))], "row_sums")
+    carried = power(g.unsq(g.op("Cast", [fi.qlen], to=TensorProto.FLOAT), [1]))               # [B, nH]
+    carried = g.op("Mul", [PAST_RECURRENT % layer, g.unsq(carried, [2, 3])], "carried")
+    g.op("Add", [carried, g.reshape(added, g.shape_of(fi.rows, nH, D, D))], "present",
+         outputs=[PRESENT_RECURRENT % layer])
+    return g.op("Gemm", [o, g.initializer(p + "o_proj.weight", _w(weights, p + "o_proj.weight"))], "o_proj",
+                transB=1)
+
+
+# --------------------------------------------------------------------------------------------
 
 def declare_io(g: GraphBuilder, spec: DecoderSpec, block_size: int, cache_type: int, logits_type: int,
                per_token_logits: bool, logits_indices: bool):
@@ -601,14 +737,30 @@ def declare_io(g: GraphBuilder, spec: DecoderSpec, block_size: int, cache_type: 
     def cache_shape(layer):
         return ["window_blocks" if layer in ring else "num_blocks", block_size, spec.num_kv_heads, spec.head_dim]
 
-    for i in range(spec.num_layers):
+    paged = spec.attention_layers()
+    for i in paged:
         g.input(PAST_KEY % i, cache_type, cache_shape(i))
         g.input(PAST_VALUE % i, cache_type, cache_shape(i))
+    fixed = fixed_state_shapes(spec)
+    for past, _, shape in fixed:
+        g.input(past, cache_type, ["batch_size"] + list(shape))
     rows = "num_logits" if logits_indices else ("num_tokens" if per_token_logits else "batch_size")
     g.output(LOGITS, logits_type, [rows, spec.vocab_size])
-    for i in range(spec.num_layers):
+    for i in paged:
         g.output(PRESENT_KEY % i, cache_type, cache_shape(i))
         g.output(PRESENT_VALUE % i, cache_type, cache_shape(i))
+    for _, present, shape in fixed:
+        g.output(present, cache_type, ["batch_size"] + list(shape))
+
+
+def fixed_state_shapes(spec: DecoderSpec) -> list[tuple[str, str, tuple[int, ...]]]:
+    """(input name, output name, per-row shape) of every fixed state tensor: the conv layers', then
+    the recurrent layers' (the order of genai_config's state_groups)."""
+    conv = [(PAST_CONV % i, PRESENT_CONV % i, (spec.hidden_size, int(spec.conv_kernel) - 1))
+            for i in spec.conv_layers()]
+    rec = [(PAST_RECURRENT % i, PRESENT_RECURRENT % i, (spec.num_heads, spec.head_dim, spec.head_dim))
+           for i in spec.recurrent_layers()]
+    return conv + rec
 
 
 def build_cpu_graph(spec: DecoderSpec, weights, *, block_size: int = 16, per_token_logits: bool = False,
@@ -626,18 +778,28 @@ def build_cpu_graph(spec: DecoderSpec, weights, *, block_size: int = 16, per_tok
 
     idx = _step_indices(g, spec, block_size, rope_inv_freq(spec))
     ring = set(spec.ring_layers())
+    fixed = _fixed_indices(g) if spec.hybrid() else None
     x = _embeddings(g, embed)
     for i in range(spec.num_layers):
         p = f"model.layers.{i}."
-        qkv_w, qkv_b, o_w, gate_up_w, down_w = fused_layer_weights(spec, weights, i)
-        g.scope = f"layers.{i}/attn"
+        kind = spec.layer_type(i)
+        g.scope = f"layers.{i}/" + {"attention": "attn", "conv": "conv", "recurrent": "recurrent"}[kind]
         ln1 = g.initializer(p + "input_layernorm.weight", _w(weights, p + "input_layernorm.weight"))
         h = _rms_norm(g, x, ln1, spec.rms_norm_eps, "input_layernorm")
-        a = _attention(g, spec, i, h, idx,
-                       g.initializer(p + "self_attn.qkv_proj.weight", qkv_w),
-                       g.initializer(p + "self_attn.qkv_proj.bias", qkv_b) if qkv_b is not None else None,
-                       g.initializer(p + "self_attn.o_proj.weight", o_w), ring=i in ring)
+        if kind == "conv":
+            a = _conv_layer(g, spec, i, h, fixed, weights)
+        elif kind == "recurrent":
+            a = _recurrent_layer(g, spec, i, h, fixed, weights)
+        else:
+            qkv_w, qkv_b, o_w, _, _ = fused_layer_weights(spec, weights, i)
+            a = _attention(g, spec, i, h, idx,
+                           g.initializer(p + "self_attn.qkv_proj.weight", qkv_w),
+                           g.initializer(p + "self_attn.qkv_proj.bias", qkv_b) if qkv_b is not None else None,
+                           g.initializer(p + "self_attn.o_proj.weight", o_w), ring=i in ring)
         x = g.op("Add", [x, a], "residual")
+        gate_up_w = np.concatenate([_w(weights, p + "mlp.gate_proj.weight"),
+                                    _w(weights, p + "mlp.up_proj.weight")], axis=0)
+        down_w = _w(weights, p + "mlp.down_proj.weight")
         g.scope = f"layers.{i}/mlp"
         ln2 = g.initializer(p + "post_attention_layernorm.weight",
                             _w(weights, p + "post_attention_layernorm.weight"))
@@ -649,4 +811,6 @@ def build_cpu_graph(spec: DecoderSpec, weights, *, block_size: int = 16, per_tok
     doc = f"oga.models CPU paged decoder ({spec.architecture}, block_size {block_size}"
     if ring:
         doc += f", sliding-window ring layers {sorted(ring)} of window {spec.sliding_window}"
+    if spec.hybrid():
+        doc += f", layer types {list(spec.layer_types)}"
     return g.model("oga_paged_decoder_cpu", [("", OPSET)], doc=doc + ")")

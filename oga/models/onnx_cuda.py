@@ -81,6 +81,8 @@ def _mlp(g: GraphBuilder, spec: DecoderSpec, x: str, gate_up_w: str, down_w: str
 def build_cuda_graph(spec: DecoderSpec, weights, *, block_size: int = 256, context_length: int | None = None,
                      per_token_logits: bool = False, logits_indices: bool = False) -> onnx.ModelProto:
     """The fp16 PagedAttention decoder as an in-memory ModelProto (opset 17 + com.microsoft 1)."""
+    if spec.hybrid():
+        raise NotImplementedError("hybrid decoders (conv / recurrent layer_types) are built for the cpu target only")
     spec.check()
     if spec.ring_layers():
         raise NotImplementedError("sliding-window ring layers (sliding_window_layers) are built for the cpu "

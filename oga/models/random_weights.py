@@ -5,6 +5,11 @@ RMSNorm weights 1 + N(0, 0.02^2): activations stay O(1) through the layers, so l
 well-conditioned and a graph/reference comparison in float32 is meaningful. The same
 (spec, seed) always gives bit-identical weights (one numpy PCG64 stream, drawn tensor by tensor
 in the spec's fixed name order).
+
+Hybrid layers (spec.layer_types) draw their state-path weights larger so the fixed state visibly
+matters: the depthwise conv kernel N(0, 0.5^2), the recurrent q/k/v projections
+N(0, 1/hidden_size), and the recurrent decay parameters 1 + N(0, 1) (a = sigmoid(decay), mostly
+0.5 .. 0.95). Every other tensor, and every all-attention model, is drawn exactly as before.
 """
 
 from __future__ import annotations
@@ -24,6 +29,13 @@ def random_model(spec: DecoderSpec, seed: int = 0) -> LoadedModel:
         w = rng.standard_normal(shape, dtype=np.float32) * np.float32(STD)
         if name.endswith("norm.weight"):
             w += np.float32(1.0)
+        elif name.endswith("conv.conv.weight"):
+            w *= np.float32(0.5 / STD)
+        elif name.endswith(("linear_attn.q_proj.weight", "linear_attn.k_proj.weight",
+                            "linear_attn.v_proj.weight")):
+            w *= np.float32(1.0 / (STD * np.sqrt(spec.hidden_size)))
+        elif name.endswith("linear_attn.decay"):
+            w = w / np.float32(STD) + np.float32(1.0)
         weights[name] = w
     return LoadedModel(spec=spec, weights=weights, tokenizer_json=None, tokenizer_config=None)
 

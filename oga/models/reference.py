@@ -7,6 +7,13 @@ causal GQA attention (a sliding window on the layers the spec windows: every lay
 `sliding_window_layers`) -> o_proj -> residual -> RMSNorm ->
 SwiGLU MLP -> residual; final RMSNorm; LM head (the embedding when tied). Computes in float64
 by default.
+
+Hybrid decoders (spec.layer_types) replace the attention block of some layers, token by token:
+- "conv": u = h @ in_proj^T; y_t[c] = sum_j w[c, j] u_{t-K+1+j}[c] over the previous K-1 inputs
+  (the state [hidden, K-1], oldest first, zeros for a new sequence) and the new ones; out_proj.
+- "recurrent": per head S_t = a S_{t-1} + k_t^T v_t, o_t = (q_t / sqrt(head_dim)) S_t,
+  a = sigmoid(decay); the state is [heads, head_dim, head_dim]; o_proj.
+The Reference keeps each layer's state across step() calls (`fixed_states()`).
 """
 
 from __future__ import annotations
@@ -75,6 +82,41 @@ class Reference:
         self.keys: list[np.ndarray | None] = [None] * n
         self.values: list[np.ndarray | None] = [None] * n
         self.length = 0
+        s = self.spec
+        # layer -> state of the fixed-state layers (conv [hidden, K-1], recurrent [heads, D, D])
+        self.states: dict[int, np.ndarray] = {}
+        for i in s.conv_layers():
+            self.states[i] = np.zeros((s.hidden_size, int(s.conv_kernel) - 1), dtype=self.dtype)
+        for i in s.recurrent_layers():
+            self.states[i] = np.zeros((s.num_heads, s.head_dim, s.head_dim), dtype=self.dtype)
+
+    def fixed_states(self) -> dict[int, np.ndarray]:
+        """Copies of the conv / recurrent states after everything stepped so far, by layer."""
+        return {i: v.copy() for i, v in self.states.items()}
+
+    def _conv(self, i, h):
+        w, p, K = self.w, f"model.layers.{i}.conv.", int(self.spec.conv_kernel)
+        u = h @ w[p + "in_proj.weight"].T                                   # [T, C]
+        ext = np.concatenate([self.states[i].T, u], axis=0)                  # [K-1+T, C]
+        kernel = w[p + "conv.weight"]                                        # [C, K]
+        y = np.stack([(ext[t:t + K] * kernel.T).sum(axis=0) for t in range(u.shape[0])])
+        self.states[i] = ext[-(K - 1):].T.copy()
+        return y @ w[p + "out_proj.weight"].T
+
+    def _recurrent(self, i, h):
+        s, w, p = self.spec, self.w, f"model.layers.{i}.linear_attn."
+        nH, D = s.num_heads, s.head_dim
+        q = (h @ w[p + "q_proj.weight"].T).reshape(-1, nH, D) / math.sqrt(D)
+        k = (h @ w[p + "k_proj.weight"].T).reshape(-1, nH, D)
+        v = (h @ w[p + "v_proj.weight"].T).reshape(-1, nH, D)
+        a = 1.0 / (1.0 + np.exp(-w[p + "decay"]))                           # [nH]
+        S = self.states[i]
+        out = np.empty_like(q)
+        for t in range(q.shape[0]):
+            S = a[:, None, None] * S + k[t][:, :, None] * v[t][:, None, :]
+            out[t] = np.einsum("hd,hde->he", q[t], S)
+        self.states[i] = S
+        return out.reshape(-1, nH * D) @ w[p + "o_proj.weight"].T
 
     def step(self, tokens) -> np.ndarray:
         """Logits [len(tokens), V] of `tokens` placed after everything already cached."""
@@ -101,6 +143,14 @@ class Reference:
         for i in range(s.num_layers):
             p = f"model.layers.{i}."
             h = _rms_norm(x, w[p + "input_layernorm.weight"], s.rms_norm_eps)
+            kind = s.layer_type(i)
+            if kind != "attention":
+                x = x + (self._conv(i, h) if kind == "conv" else self._recurrent(i, h))
+                h = _rms_norm(x, w[p + "post_attention_layernorm.weight"], s.rms_norm_eps)
+                gate = h @ w[p + "mlp.gate_proj.weight"].T
+                up = h @ w[p + "mlp.up_proj.weight"].T
+                x = x + (_silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+                continue
             q = h @ w[p + "self_attn.q_proj.weight"].T
             k = h @ w[p + "self_attn.k_proj.weight"].T
             v = h @ w[p + "self_attn.v_proj.weight"].T
@@ -140,6 +190,13 @@ class Reference:
 def forward(loaded: LoadedModel, tokens, dtype=np.float64) -> np.ndarray:
     """Logits [len(tokens), V] of every position of `tokens` (one sequence from position 0)."""
     return Reference(loaded, dtype).step(tokens)
+
+
+def forward_with_states(loaded: LoadedModel, tokens, dtype=np.float64):
+    """(logits [len(tokens), V], {layer: final conv / recurrent state}) of one sequence from position 0."""
+    ref = Reference(loaded, dtype)
+    logits = ref.step(tokens)
+    return logits, ref.fixed_states()
 
 
 def greedy(loaded: LoadedModel, prompt, n: int, dtype=np.float64,

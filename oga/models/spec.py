@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 ARCHITECTURES = ("llama", "qwen2", "mistral")
+LAYER_TYPES = ("attention", "conv", "recurrent")
 
 
 @dataclass
@@ -42,6 +43,31 @@ class DecoderSpec:
     # (`block_table_windowed`, genai_config's model.decoder.sliding_window); the others attend to
     # the whole sequence.
     sliding_window_layers: list[int] | None = None
+    # Hybrid decoders: the kind of each layer, "attention" (paged KV), "conv" (a causal depthwise
+    # short convolution whose per-request state is the last conv_kernel - 1 inputs per channel) or
+    # "recurrent" (a linear recurrence with a [head_dim, head_dim] matrix state per head,
+    # S_t = a S_{t-1} + k_t^T v_t, o_t = q_t S_t / sqrt(head_dim), a = sigmoid of a learned
+    # per-head scalar). None: every layer is an attention layer. At least one must be attention.
+    layer_types: list[str] | None = None
+    conv_kernel: int = 4
+
+    def layer_type(self, layer: int) -> str:
+        """"attention", "conv" or "recurrent"."""
+        return "attention" if self.layer_types is None else self.layer_types[layer]
+
+    def attention_layers(self) -> list[int]:
+        """The layers with a paged KV cache (sorted)."""
+        return [i for i in range(self.num_layers) if self.layer_type(i) == "attention"]
+
+    def conv_layers(self) -> list[int]:
+        return [i for i in range(self.num_layers) if self.layer_type(i) == "conv"]
+
+    def recurrent_layers(self) -> list[int]:
+        return [i for i in range(self.num_layers) if self.layer_type(i) == "recurrent"]
+
+    def hybrid(self) -> bool:
+        """Whether any layer keeps fixed per-request state (conv or recurrent) instead of paged KV."""
+        return len(self.attention_layers()) != self.num_layers
 
     def windowed(self, layer: int) -> bool:
         """Whether `layer` attends to a sliding window."""
@@ -61,14 +87,27 @@ class DecoderSpec:
         for i in range(self.num_layers):
             p = f"model.layers.{i}."
             shapes[p + "input_layernorm.weight"] = (H,)
-            shapes[p + "self_attn.q_proj.weight"] = (q, H)
-            shapes[p + "self_attn.k_proj.weight"] = (kv, H)
-            shapes[p + "self_attn.v_proj.weight"] = (kv, H)
-            shapes[p + "self_attn.o_proj.weight"] = (H, q)
-            if self.qkv_bias:
-                shapes[p + "self_attn.q_proj.bias"] = (q,)
-                shapes[p + "self_attn.k_proj.bias"] = (kv,)
-                shapes[p + "self_attn.v_proj.bias"] = (kv,)
+            kind = self.layer_type(i)
+            if kind == "conv":
+                shapes[p + "conv.in_proj.weight"] = (H, H)
+                shapes[p + "conv.conv.weight"] = (H, int(self.conv_kernel))     # depthwise [channels, K]
+                shapes[p + "conv.out_proj.weight"] = (H, H)
+            elif kind == "recurrent":
+                r = self.num_heads * D
+                shapes[p + "linear_attn.q_proj.weight"] = (r, H)
+                shapes[p + "linear_attn.k_proj.weight"] = (r, H)
+                shapes[p + "linear_attn.v_proj.weight"] = (r, H)
+                shapes[p + "linear_attn.decay"] = (self.num_heads,)             # a = sigmoid(decay)
+                shapes[p + "linear_attn.o_proj.weight"] = (H, r)
+            else:
+                shapes[p + "self_attn.q_proj.weight"] = (q, H)
+                shapes[p + "self_attn.k_proj.weight"] = (kv, H)
+                shapes[p + "self_attn.v_proj.weight"] = (kv, H)
+                shapes[p + "self_attn.o_proj.weight"] = (H, q)
+                if self.qkv_bias:
+                    shapes[p + "self_attn.q_proj.bias"] = (q,)
+                    shapes[p + "self_attn.k_proj.bias"] = (kv,)
+                    shapes[p + "self_attn.v_proj.bias"] = (kv,)
             shapes[p + "post_attention_layernorm.weight"] = (H,)
             shapes[p + "mlp.gate_proj.weight"] = (I, H)
             shapes[p + "mlp.up_proj.weight"] = (I, H)
@@ -111,6 +150,25 @@ class DecoderSpec:
                 raise ValueError("sliding_window_layers names every layer; a ring-cached model needs at "
                                  "least one layer that keeps the whole sequence (leave sliding_window_layers "
                                  "None to window every layer over the full cache)")
+        if self.layer_types is not None:
+            kinds = list(self.layer_types)
+            if len(kinds) != self.num_layers:
+                raise ValueError(f"layer_types names {len(kinds)} layers; the decoder has {self.num_layers}")
+            unknown = sorted({k for k in kinds if k not in LAYER_TYPES})
+            if unknown:
+                raise ValueError(f"layer_types has unknown kinds {unknown}; expected one of {LAYER_TYPES}")
+            if "attention" not in kinds:
+                raise ValueError("layer_types needs at least one 'attention' layer (the paged KV cache)")
+            if self.sliding_window_layers is not None:
+                bad = sorted(i for i in self.sliding_window_layers if 0 <= i < self.num_layers
+                             and kinds[i] != "attention")
+                if bad:
+                    raise ValueError(f"sliding_window_layers {bad} are not attention layers")
+                if set(self.sliding_window_layers) >= set(self.attention_layers()):
+                    raise ValueError("sliding_window_layers names every attention layer; a ring-cached model "
+                                     "needs at least one layer that keeps the whole sequence")
+        if int(self.conv_kernel) < 2:
+            raise ValueError(f"conv_kernel must be at least 2, got {self.conv_kernel}")
         if not self.eos_token_ids:
             raise ValueError("eos_token_ids must not be empty")
         for name, tok in [("bos_token_id", self.bos_token_id), ("pad_token_id", self.pad_token_id)] + \
