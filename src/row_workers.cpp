@@ -1,5 +1,9 @@
 #include "row_workers.h"
 
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -11,8 +15,14 @@ size_t RowWorkers::DefaultParticipants() {
     const long parsed = std::strtol(value, nullptr, 10);
     if (parsed >= 1) return static_cast<size_t>(std::min<long>(parsed, 64));
   }
-  const unsigned hardware = std::thread::hardware_concurrency();
-  return std::max<size_t>(1, std::min<size_t>(hardware == 0 ? 1 : hardware, 8));
+  // The CPUs this process may run on (a container's cpuset), else the hardware threads.
+  size_t available = std::thread::hardware_concurrency();
+#if defined(__linux__)
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) available = static_cast<size_t>(CPU_COUNT(&allowed));
+#endif
+  return std::max<size_t>(1, std::min<size_t>(available == 0 ? 1 : available, 8));
 }
 
 RowWorkers::RowWorkers(size_t participants)

@@ -32,7 +32,7 @@ class RowWorkers {
   void Run(size_t rows, Task task, void* context);
 
   // Participants for an engine: OGA_SAMPLER_THREADS when set (1 = no worker threads), else the
-  // hardware threads, at most 8.
+  // CPUs the process may run on, at most 8.
   static size_t DefaultParticipants();
 
  private:
