@@ -258,7 +258,7 @@ void Engine::Teardown() noexcept {
   for (const std::shared_ptr<Request>& request : bound_) {
     cache_.Release(*request);
     request->waiting = false;
-    EndTurnText(*request);
+    EndTurnState(*request);
     request->status = RequestStatus::Closed;
     request->Detach();
     std::vector<int32_t>().swap(request->tokens);
@@ -524,7 +524,7 @@ void Engine::CloseRequest(Request& request) noexcept {
     cache_.Release(request);
   }
   pending_.RemoveRequest(&request);
-  EndTurnText(request);
+  EndTurnState(request);
   request.status = RequestStatus::Closed;
   request.Detach();
   std::vector<int32_t>().swap(request.tokens);
@@ -816,7 +816,7 @@ void Engine::PublishToken(Request& request, const StagedResult& staged) {
     if (request.stop.enabled()) request.stop.Advance(token);
     if (request.guidance) request.guidance->Consume(token);
   }
-  if (finished) EndTurnText(request);
+  if (finished) EndTurnState(request);
   request.status = finished ? RequestStatus::TurnComplete : RequestStatus::Active;
   request.finish_reason = staged.finish_reason;
   // One event per token; the last one carries the turn's end. EOS alone ends it in its own event.
@@ -838,7 +838,7 @@ void Engine::PublishToken(Request& request, const StagedResult& staged) {
   }
 }
 
-void Engine::EndTurnText(Request& request) noexcept {
+void Engine::EndTurnState(Request& request) noexcept {
   request.stop.Clear();
   request.guidance.reset();
   request.draft_tokens.clear();  // any terminal boundary discards a pending proposal
@@ -932,7 +932,7 @@ void Engine::PushEngineEvent(OgaEngineEventFlags flags, OgaErrorCode code) {
 void Engine::PublishTerminal(Request& request, OgaFinishReason reason, OgaErrorCode code) {
   request.status = RequestStatus::TurnComplete;
   request.finish_reason = reason;
-  EndTurnText(request);
+  EndTurnState(request);
   const OgaEngineEventFlags terminal =
       OgaEngineEventFlag_TurnFinished | (reason == OgaFinishReason_Failed ? OgaEngineEventFlag_Failed : 0u);
   for (size_t i = pending_.size(); i > 0; --i) {

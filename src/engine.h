@@ -159,7 +159,7 @@ class Engine {
   // Appends the staged token, ends the turn when staged so, and queues the row's event.
   void PublishToken(Request& request, const StagedResult& staged);
   // The turn's stop strings, grammar and draft proposal are done with.
-  static void EndTurnText(Request& request) noexcept;
+  static void EndTurnState(Request& request) noexcept;
   // Greedy verification of a row's scheduled drafts against its per-token logits rows.
   StagedResult VerifyDrafts(Request& request, const RequestStepPlan& row, const OgaExtStepOutputs& outputs,
                             size_t participant);

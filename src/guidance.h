@@ -71,12 +71,10 @@ class GuidanceCursor {
   GuidanceCursor& operator=(const GuidanceCursor&) = delete;
 
   // The tokens the grammar allows next, one bit per token id (bit t % 32 of word t / 32), computed
-  // once per committed position. Returns nullptr once the cursor is poisoned (see error()).
+  // once per committed position. Returns nullptr once the cursor is poisoned.
   const uint32_t* Mask();
   // Advances past a committed token. A failure poisons the cursor; it never throws.
   void Consume(int32_t token) noexcept;
-  bool poisoned() const { return poisoned_; }
-  const std::string& error() const { return error_; }
 
  private:
   void Poison(const char* fallback) noexcept;

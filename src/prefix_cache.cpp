@@ -65,7 +65,6 @@ bool PrefixCache::Register(int32_t block, int32_t parent, const int32_t* tokens)
   size_t slot = SlotFor(key);
   while (slots_[slot] >= 0) slot = (slot + 1) & (slots_.size() - 1);
   slots_[slot] = block;
-  ++indexed_;
   return true;
 }
 
@@ -87,7 +86,6 @@ void PrefixCache::Unindex(int32_t block) {
   slots_[hole] = -1;
   key_[static_cast<size_t>(block)] = kNoKey;
   parent_[static_cast<size_t>(block)] = -1;
-  --indexed_;
 }
 
 void PrefixCache::MakeEvictable(int32_t block) {

@@ -35,17 +35,6 @@ class PrefixCache {
   size_t evictable_count() const { return evictable_; }
   // Removes the least recently released evictable block from the index and returns it (-1 if none).
   int32_t EvictOldest();
-  // Drops every entry (no block may be referenced by a table or reservation afterwards); returns the
-  // evicted blocks through `out`.
-  template <typename Out>
-  void EvictAll(Out out) {
-    for (int32_t block = EvictOldest(); block >= 0; block = EvictOldest()) out(block);
-  }
-
-  // For the invariant checker.
-  size_t indexed_count() const { return indexed_; }
-  int32_t parent(int32_t block) const { return parent_[static_cast<size_t>(block)]; }
-
  private:
   static constexpr uint64_t kNoKey = 0;
   uint64_t KeyOf(int32_t parent, const int32_t* tokens) const;
@@ -59,7 +48,6 @@ class PrefixCache {
   std::vector<int32_t> parent_;  // per block: the block before it in its sequence
   std::vector<uint64_t> parent_key_;  // per block: that parent's chain key when it was indexed
   std::vector<int32_t> tokens_;  // per block: its block_size tokens
-  size_t indexed_ = 0;
   // Least-recently-released list of evictable blocks (intrusive, doubly linked).
   std::vector<int32_t> previous_, next_;
   std::vector<uint8_t> in_lru_;

@@ -6,6 +6,8 @@
 - tiny_model_dir: a random-weight model from oga.models.build with that tokenizer.
 - smollm2_model_dir: the session's SmolLM2-135M-Instruct build (conftest's smollm2_dir) placed
   where `oga generate` finds its cached default model under $OGA_CACHE_DIR.
+- decoder_names: the OgaExtDecoderNames dict the ONNX loader receives, for executor-level tests.
+- byte_level_alphabet: GPT-2's byte -> character table, for writing byte-level tokenizer fixtures.
 """
 import json
 import os
@@ -13,6 +15,44 @@ import os
 import pytest
 
 VOCAB_SIZE = 400
+
+
+def decoder_names(model_dir):
+    """The OgaExtDecoderNames dict _onnx_load hands to onnx_executor.load_decoder, read from a built
+    directory's genai_config.json (paged_kv group layers only)."""
+    config = json.load(open(os.path.join(model_dir, "genai_config.json")))
+    decoder = config["model"]["decoder"]
+    inputs, outputs = decoder["inputs"], decoder["outputs"]
+    layers = [g for g in decoder["state_groups"] if g["kind"] == "paged_kv"][0]["layer_ids"]
+    return {
+        "model_directory": str(model_dir), "config_json": json.dumps(config), "decoder_filename": decoder["filename"],
+        "input_ids": inputs["input_ids"], "position_ids": inputs.get("position_ids", "position_ids"),
+        "cumulative_sequence_lengths": inputs["cumulative_sequence_lengths"],
+        "past_sequence_lengths": inputs["past_sequence_lengths"], "block_table": inputs["block_table"],
+        "block_table_windowed": inputs.get("block_table_windowed", "block_table_windowed"),
+        "attention_metadata": inputs["attention_metadata"], "attention_mask": "attention_mask",
+        "logits_indices": inputs.get("logits_indices", ""), "logits": outputs["logits"],
+        "paged_layer_ids": layers,
+        "past_key_names": [inputs["past_key_names"] % i for i in layers],
+        "past_value_names": [inputs["past_value_names"] % i for i in layers],
+        "present_key_names": [outputs["present_key_names"] % i for i in layers],
+        "present_value_names": [outputs["present_value_names"] % i for i in layers],
+        "block_size": config["engine"]["dynamic_batching"]["block_size"],
+        "vocab_size": config["model"]["vocab_size"],
+    }
+
+
+def byte_level_alphabet():
+    """GPT-2's byte -> printable character table that byte-level BPE vocabularies are written in."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
 BOS, EOS, PAD = 1, 2, 2
 
 SMOLLM2_TEMPLATE = (

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import pytest
 
+from model_dirs import decoder_names
 from oga import onnx_executor
 from oga.models import build
 from oga.models.random_weights import random_model, tiny_spec
@@ -32,36 +33,12 @@ def hybrid_spec(layer_types=TYPES, **overrides):
     return tiny_spec(**fields)
 
 
-def _names(model_dir):
-    """The OgaExtDecoderNames dict _onnx_load hands to load_decoder (paged_kv group only)."""
-    config = json.load(open(os.path.join(model_dir, "genai_config.json")))
-    decoder = config["model"]["decoder"]
-    inputs, outputs = decoder["inputs"], decoder["outputs"]
-    layers = [g for g in decoder["state_groups"] if g["kind"] == "paged_kv"][0]["layer_ids"]
-    return {
-        "model_directory": str(model_dir), "config_json": json.dumps(config), "decoder_filename": decoder["filename"],
-        "input_ids": inputs["input_ids"], "position_ids": inputs.get("position_ids", "position_ids"),
-        "cumulative_sequence_lengths": inputs["cumulative_sequence_lengths"],
-        "past_sequence_lengths": inputs["past_sequence_lengths"], "block_table": inputs["block_table"],
-        "block_table_windowed": inputs.get("block_table_windowed", "block_table_windowed"),
-        "attention_metadata": inputs["attention_metadata"], "attention_mask": "attention_mask",
-        "logits_indices": inputs.get("logits_indices", ""), "logits": outputs["logits"],
-        "paged_layer_ids": layers,
-        "past_key_names": [inputs["past_key_names"] % i for i in layers],
-        "past_value_names": [inputs["past_value_names"] % i for i in layers],
-        "present_key_names": [outputs["present_key_names"] % i for i in layers],
-        "present_value_names": [outputs["present_value_names"] % i for i in layers],
-        "block_size": config["engine"]["dynamic_batching"]["block_size"],
-        "vocab_size": config["model"]["vocab_size"],
-    }
-
-
 class HybridSteps:
     """Packs rows into the buffers OgaExtStepInputs describes, stages fixed state per row, and
     calls OnnxEngineExecutor.execute with addresses. Blocks come scattered from one NaN-filled pool."""
 
     def __init__(self, model_dir, max_batch_size=6, num_blocks=64, seed=0):
-        self.decoder = onnx_executor.load_decoder(_names(model_dir))
+        self.decoder = onnx_executor.load_decoder(decoder_names(model_dir))
         self.block_size = self.decoder.names["block_size"]
         self.geometry = {
             "block_size": self.block_size, "num_blocks": num_blocks, "max_batch_size": max_batch_size,
@@ -232,7 +209,7 @@ def test_bank_views_bind_in_place(hybrid_dirs):
 
 def test_decoder_exposes_fixed_state_geometry(hybrid_dirs):
     model_dir, spec = hybrid_dirs["crca"]
-    decoder = onnx_executor.load_decoder(_names(model_dir))
+    decoder = onnx_executor.load_decoder(decoder_names(model_dir))
     assert [(t.kind, t.layer, t.input_name, t.output_name) for t in decoder.fixed_states] == [
         ("fixed_conv", 0, "past_key_values.0.conv_state", "present.0.conv_state"),
         ("fixed_recurrent", 2, "past_key_values.2.recurrent_state", "present.2.recurrent_state")]
@@ -360,7 +337,7 @@ def test_cli_builds_a_hybrid_model(tmp_path, capsys):
     groups = json.load(open(out / "genai_config.json"))["model"]["decoder"]["state_groups"]
     assert groups == [{"kind": "paged_kv", "layer_ids": [1]}, {"kind": "fixed_conv", "layer_ids": [0]},
                       {"kind": "fixed_recurrent", "layer_ids": [2]}]
-    decoder = onnx_executor.load_decoder(_names(str(out)))
+    decoder = onnx_executor.load_decoder(decoder_names(str(out)))
     assert [t.row_shape for t in decoder.fixed_states] == [(32, 2), (4, 8, 8)]
     assert cli_main(["build", "--random", "--layers", "2", "--layer-types", "conv,recurrent", "-o", str(tmp_path / "x")]) == 2
     assert "attention" in capsys.readouterr().err
@@ -387,26 +364,26 @@ def test_load_errors_name_the_fixed_state_tensor(hybrid_dirs, tmp_path):
     def drop_output(model):
         model.graph.output.remove(_value(model.graph.output, "present.2.recurrent_state"))
     with pytest.raises(onnx_executor.ModelLoadError, match="no output 'present.2.recurrent_state'"):
-        onnx_executor.load_decoder(_names(_edit(model_dir, tmp_path / "a", drop_output)))
+        onnx_executor.load_decoder(decoder_names(_edit(model_dir, tmp_path / "a", drop_output)))
 
     def fixed_batch(model):
         _value(model.graph.input, "past_key_values.0.conv_state").type.tensor_type.shape.dim[0].dim_value = 4
     with pytest.raises(onnx_executor.ModelLoadError, match="'past_key_values.0.conv_state'.*dynamic batch axis"):
-        onnx_executor.load_decoder(_names(_edit(model_dir, tmp_path / "b", fixed_batch)))
+        onnx_executor.load_decoder(decoder_names(_edit(model_dir, tmp_path / "b", fixed_batch)))
 
     def other_geometry(model):
         _value(model.graph.input, "past_key_values.0.conv_state").type.tensor_type.shape.dim[2].dim_value = 5
     with pytest.raises(onnx_executor.ModelLoadError,
                        match=r"'present.0.conv_state'.*per-row geometry of 'past_key_values.0.conv_state'"):
-        onnx_executor.load_decoder(_names(_edit(model_dir, tmp_path / "c", other_geometry)))
+        onnx_executor.load_decoder(decoder_names(_edit(model_dir, tmp_path / "c", other_geometry)))
 
     def dynamic_dim(model):
         _value(model.graph.input, "past_key_values.2.recurrent_state").type.tensor_type.shape.dim[1].dim_param = "h"
     with pytest.raises(onnx_executor.ModelLoadError, match="'past_key_values.2.recurrent_state'.*statically known"):
-        onnx_executor.load_decoder(_names(_edit(model_dir, tmp_path / "d", dynamic_dim)))
+        onnx_executor.load_decoder(decoder_names(_edit(model_dir, tmp_path / "d", dynamic_dim)))
 
     # a template without %d
-    names = _names(model_dir)
+    names = decoder_names(model_dir)
     config = json.loads(names["config_json"])
     config["model"]["decoder"]["inputs"]["past_conv_names"] = "conv_state"
     names["config_json"] = json.dumps(config)

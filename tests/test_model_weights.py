@@ -17,6 +17,7 @@ import pytest
 gguf = pytest.importorskip("gguf")
 tokenizers = pytest.importorskip("tokenizers")
 
+from model_dirs import byte_level_alphabet  # noqa: E402
 from oga.models.gguf_loader import load_gguf, permute_qk, unpermute_qk  # noqa: E402
 from oga.models.random_weights import random_model, tiny_spec  # noqa: E402
 from oga.models.reference import Reference, forward, greedy  # noqa: E402
@@ -458,19 +459,6 @@ _SAMPLES = [
 ]
 
 
-def _bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + \
-        list(range(0xAE, 0x100))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
-
-
 def _is_l(c):
     return unicodedata.category(c).startswith("L")
 
@@ -518,7 +506,7 @@ class _IndependentBPE:
         self.ids = {t: i for i, t in enumerate(tokens)}
         self.ranks = {tuple(m.split(" ", 1)): r for r, m in enumerate(merges)}
         self.specials = sorted(specials, key=len, reverse=True)
-        self.b2u = _bytes_to_unicode()
+        self.b2u = byte_level_alphabet()
 
     def _bpe(self, word):
         parts = list(word)
@@ -577,7 +565,7 @@ def test_smollm2_tokenizer_matches_independent_bpe(smollm2_tok):
 
 def test_tokenizer_json_other_pre_tokenizers():
     # a toy byte-level vocabulary: every byte symbol, plus one merge
-    b2u = _bytes_to_unicode()
+    b2u = byte_level_alphabet()
     tokens = ["<s>"] + [b2u[b] for b in range(256)] + ["Ġa"]
     types = [3] + [1] * 257
     for pre in ("gpt-2", "llama-bpe", "qwen2", "smollm"):

@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import pytest
 
+from model_dirs import decoder_names
 from oga import onnx_executor
 from oga.models import build
 from oga.models.__main__ import main as cli_main
@@ -33,30 +34,6 @@ def ring_spec(num_layers=3, ring=(0, 2), window=10, **overrides):
     return tiny_spec(**fields)
 
 
-def _names(model_dir):
-    """The OgaExtDecoderNames dict _onnx_load hands to load_decoder, from a built directory."""
-    config = json.load(open(os.path.join(model_dir, "genai_config.json")))
-    decoder = config["model"]["decoder"]
-    inputs, outputs = decoder["inputs"], decoder["outputs"]
-    layers = decoder["state_groups"][0]["layer_ids"]
-    return {
-        "model_directory": str(model_dir), "config_json": json.dumps(config), "decoder_filename": decoder["filename"],
-        "input_ids": inputs["input_ids"], "position_ids": inputs.get("position_ids", "position_ids"),
-        "cumulative_sequence_lengths": inputs["cumulative_sequence_lengths"],
-        "past_sequence_lengths": inputs["past_sequence_lengths"], "block_table": inputs["block_table"],
-        "block_table_windowed": inputs.get("block_table_windowed", "block_table_windowed"),
-        "attention_metadata": inputs["attention_metadata"], "attention_mask": "attention_mask",
-        "logits_indices": inputs.get("logits_indices", ""), "logits": outputs["logits"],
-        "paged_layer_ids": layers,
-        "past_key_names": [inputs["past_key_names"] % i for i in layers],
-        "past_value_names": [inputs["past_value_names"] % i for i in layers],
-        "present_key_names": [outputs["present_key_names"] % i for i in layers],
-        "present_value_names": [outputs["present_value_names"] % i for i in layers],
-        "block_size": config["engine"]["dynamic_batching"]["block_size"],
-        "vocab_size": config["model"]["vocab_size"],
-    }
-
-
 class RingSteps:
     """Plays the engine: packs rows into the buffers OgaExtStepInputs describes and calls
     OnnxEngineExecutor.execute with their addresses. Full blocks come scattered from one pool
@@ -67,7 +44,7 @@ class RingSteps:
 
     def __init__(self, model_dir, chunk_size, window, max_batch_size=6, num_blocks=96, seed=0,
                  reserve_ahead=1, ring_padding=False, nan_fill=True):
-        self.decoder = onnx_executor.load_decoder(_names(model_dir))
+        self.decoder = onnx_executor.load_decoder(decoder_names(model_dir))
         self.block_size = self.decoder.names["block_size"]
         self.chunk_size, self.reserve_ahead, self.ring_padding = chunk_size, reserve_ahead, ring_padding
         self.ring_blocks = math.ceil((chunk_size + window - 1) / self.block_size)
@@ -245,7 +222,7 @@ def test_a_full_layer_model_and_a_whole_model_window_are_unchanged(tmp_path):
     assert "sliding_window" not in config["model"]["decoder"]
     assert "block_table_windowed" not in config["model"]["decoder"]["inputs"]
     assert "chunk_size" not in config["search"]
-    decoder = onnx_executor.load_decoder(_names(out))
+    decoder = onnx_executor.load_decoder(decoder_names(out))
     assert not decoder.windowed_block_table and not decoder.ring_layers
     executor = decoder.open_engine({"block_size": BLOCK, "num_blocks": 8, "max_batch_size": 2,
                                     "max_scheduled_tokens": 16, "max_block_table_columns": 8, "vocab_size": 97,
@@ -278,7 +255,7 @@ def test_a_ring_layer_is_windowed_and_a_full_layer_is_not():
 
 def test_the_executor_needs_window_blocks_and_a_windowed_table(ring_dirs):
     model_dir, spec, chunk = ring_dirs["ring02"]
-    decoder = onnx_executor.load_decoder(_names(model_dir))
+    decoder = onnx_executor.load_decoder(decoder_names(model_dir))
     assert decoder.windowed_block_table and decoder.ring_layers == {0, 2}
     layer_bytes = BLOCK * spec.num_kv_heads * spec.head_dim * 4 * 2
     assert decoder.bytes_per_block == layer_bytes * 1                # the full layers only (E.4)
@@ -330,7 +307,7 @@ def test_load_errors_name_the_windowed_table_and_the_ring_layers(ring_dirs, tmp_
     with pytest.raises(onnx_executor.ModelLoadError,
                        match=r"model\.onnx: tensor 'block_table_windowed' has type tensor\(int64\); "
                              r"expected tensor\(int32\)"):
-        onnx_executor.load_decoder(_names(bad))
+        onnx_executor.load_decoder(decoder_names(bad))
 
     def no_window(config):
         del config["model"]["decoder"]["sliding_window"]
@@ -339,14 +316,14 @@ def test_load_errors_name_the_windowed_table_and_the_ring_layers(ring_dirs, tmp_
     with pytest.raises(onnx_executor.ModelLoadError,
                        match=r"the graph takes 'block_table_windowed' .*"
                              r"model\.decoder\.sliding_window names no layers"):
-        onnx_executor.load_decoder(_names(bad))
+        onnx_executor.load_decoder(decoder_names(bad))
 
     def every_layer(config):
         config["model"]["decoder"]["sliding_window"]["layers"] = [0, 1, 2]
 
     bad = _edited_copy(model_dir, tmp_path / "every", edit_config=every_layer)
     with pytest.raises(onnx_executor.ModelLoadError, match="at least one layer that keeps the whole sequence"):
-        onnx_executor.load_decoder(_names(bad))
+        onnx_executor.load_decoder(decoder_names(bad))
 
 
 # --------------------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ from __future__ import annotations
 import json
 import os
 
+from model_dirs import byte_level_alphabet
+
 # Token id -> the exact bytes it decodes to (in the middle of a text).
 TOKEN_TEXT = {
     # P_LONG's greedy stream
@@ -46,20 +48,6 @@ TOKEN_TEXT = {
 FILLER = "{}\":[]0123456789 abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 SPECIALS = ("<unk>", "<s>", "</s>")
 VOCAB_SIZE = 97
-
-
-def _bytes_to_unicode():
-    """GPT-2's byte -> printable character table (the ByteLevel alphabet)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + \
-        list(range(ord("\u00ae"), ord("\u00ff") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
 
 
 # A variant whose P_LONG stream holds bytes that never form a character: " ab" becomes a lone
@@ -90,7 +78,7 @@ def write_tokenizer(directory, with_config=True, overrides=None, style="byte_lev
         return write_spm_tokenizer(directory)
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-    b2u = _bytes_to_unicode()
+    b2u = byte_level_alphabet()
     vocab = {s: i for i, s in enumerate(SPECIALS)}
     for i, piece in enumerate(token_bytes(overrides)):
         if i >= len(SPECIALS):
