@@ -151,6 +151,7 @@ cdef extern from "oga/oga_ext.h" nogil:
         size_t max_sequence_length
         size_t window_ring_blocks
         size_t window_blocks
+        size_t fixed_state_slots
 
     ctypedef struct OgaExtStaticStepInputs:
         size_t batch_size
@@ -173,6 +174,11 @@ cdef extern from "oga/oga_ext.h" nogil:
         const int32_t* logits_indices
         int32_t graph_eligible
         const int32_t* block_table_windowed
+        size_t num_fixed_states
+        const void* const* fixed_state_inputs
+        void* const* fixed_state_outputs
+        void* const* fixed_state_captures
+        int32_t fixed_state_direct
 
     ctypedef struct OgaExtStepOutputs:
         const void* logits
@@ -195,6 +201,9 @@ cdef extern from "oga/oga_ext.h" nogil:
                                                 OgaExtStepOutputs* outputs, char* message, size_t message_capacity)
         int32_t windowed_block_table
         size_t bytes_per_window_block
+        size_t num_fixed_states
+        const size_t* fixed_state_row_bytes
+        int32_t fixed_state_capture
 
     ctypedef struct OgaExtDecoderNames:
         const char* model_directory
@@ -266,6 +275,20 @@ cdef extern from "oga/oga_ext.h" nogil:
         uint64_t waiting_requests
         uint64_t bound_requests
         uint64_t retained_events
+        uint64_t fixed_state_direct_steps
+        uint64_t fixed_state_fallback_steps
+
+    ctypedef struct OgaExtFixedStateSlot:
+        int32_t slot
+        uint32_t active_bank
+        uint64_t allocation_generation
+        uint64_t state_generation
+        uint64_t committed_tokens
+
+    c_OgaResult* OgaExtRequestGetFixedStateSlot(const c_OgaRequest* request, OgaExtFixedStateSlot* out)
+    c_OgaResult* OgaExtRequestGetFixedStateRow(const c_OgaRequest* request, size_t tensor, const void** data,
+                                               size_t* size)
+    c_OgaResult* OgaExtEngineSetFixedStateFallbackOnly(c_OgaEngine* engine, int32_t fallback_only)
 
     c_OgaResult* OgaExtEngineGetCounters(const c_OgaEngine* engine, OgaExtEngineCounters* out)
     c_OgaResult* OgaExtEngineGetLastStepInputs(const c_OgaEngine* engine, OgaExtStepInputs* out)

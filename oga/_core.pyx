@@ -1054,6 +1054,8 @@ def _engine_counters(OgaEngine engine not None):
         "waiting_requests": c.waiting_requests,
         "bound_requests": c.bound_requests,
         "retained_events": c.retained_events,
+        "fixed_state_direct_steps": c.fixed_state_direct_steps,
+        "fixed_state_fallback_steps": c.fixed_state_fallback_steps,
     }
 
 
@@ -1087,7 +1089,41 @@ def _engine_last_step_inputs(OgaEngine engine not None):
         "attention_metadata": _copy_array(s.attention_metadata, 3 if s.attention_metadata != NULL else 0, np.int32),
         "logits_indices": _copy_array(s.logits_indices, s.num_rows if s.logits_indices != NULL else 0, np.int32),
         "graph_eligible": bool(s.graph_eligible),
+        "num_fixed_states": s.num_fixed_states,
+        "fixed_state_direct": bool(s.fixed_state_direct),
     }
+
+
+def _request_fixed_state_slot(OgaRequest request not None):
+    """OgaExtRequestGetFixedStateSlot -> dict (slot -1: the request owns none)."""
+    cdef OgaExtFixedStateSlot c
+    if request._ptr == NULL:
+        _raise_dead("Request")
+    check_result(OgaExtRequestGetFixedStateSlot(request._ptr, &c))
+    return {
+        "slot": c.slot,
+        "active_bank": c.active_bank,
+        "allocation_generation": c.allocation_generation,
+        "state_generation": c.state_generation,
+        "committed_tokens": c.committed_tokens,
+    }
+
+
+def _request_fixed_state_row(OgaRequest request not None, size_t tensor):
+    """OgaExtRequestGetFixedStateRow -> bytes (a copy of the committed row)."""
+    cdef const void* data = NULL
+    cdef size_t size = 0
+    if request._ptr == NULL:
+        _raise_dead("Request")
+    check_result(OgaExtRequestGetFixedStateRow(request._ptr, tensor, &data, &size))
+    return (<const char*>data)[:size]
+
+
+def _engine_set_fixed_state_fallback_only(OgaEngine engine not None, bint fallback_only):
+    """OgaExtEngineSetFixedStateFallbackOnly."""
+    if engine._ptr == NULL:
+        _raise_dead("Engine")
+    check_result(OgaExtEngineSetFixedStateFallbackOnly(engine._ptr, 1 if fallback_only else 0))
 
 
 def _request_set_last_turn_id(OgaRequest request not None, uint64_t turn_id):
@@ -1120,6 +1156,24 @@ cdef str _text(const char* value):
 
 cdef list _texts(const char* const* values, size_t count):
     return [_text(values[i]) for i in range(count)]
+
+
+cdef size_t _fixed_state_row_bytes(object decoder) except? 0:
+    """Address of the decoder's per-tensor fixed-state row bytes (size_t[]), kept alive by the
+    decoder object (the model's model_data) for as long as the engine core may read it; 0 = none."""
+    row_bytes = np.array([t.row_bytes for t in decoder.fixed_states], dtype=np.uintp)
+    decoder.fixed_state_row_bytes_array = row_bytes
+    return <size_t>row_bytes.ctypes.data if row_bytes.size else 0
+
+
+cdef list _fixed_state_bindings(const OgaExtStepInputs* inputs):
+    """(input, output[, capture]) addresses per fixed tensor of a hybrid step, rows in packed order."""
+    cdef size_t t
+    if inputs.fixed_state_captures != NULL:
+        return [(<size_t>inputs.fixed_state_inputs[t], <size_t>inputs.fixed_state_outputs[t],
+                 <size_t>inputs.fixed_state_captures[t]) for t in range(inputs.num_fixed_states)]
+    return [(<size_t>inputs.fixed_state_inputs[t], <size_t>inputs.fixed_state_outputs[t])
+            for t in range(inputs.num_fixed_states)]
 
 
 cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtModelExecutor* executor,
@@ -1155,6 +1209,11 @@ cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtMod
             executor.bytes_per_window_block = getattr(decoder, "bytes_per_window_block", 0)
             executor.max_block_table_columns = 0
             executor.bytes_per_block = decoder.bytes_per_block
+            # Fixed state (hybrid models): per-tensor row bytes, kept alive by the decoder object
+            # (the model's model_data) for as long as the engine core may read them.
+            executor.num_fixed_states = len(decoder.fixed_states)
+            executor.fixed_state_row_bytes = <const size_t*><size_t>_fixed_state_row_bytes(decoder)
+            executor.fixed_state_capture = 1 if getattr(decoder, "fixed_state_capture", False) else 0
         except BaseException as error:
             _write_message(message, capacity, error)
             return 3  # OgaExtExecutionStatus_Fatal
@@ -1182,6 +1241,7 @@ cdef OgaExtExecutionStatus _onnx_open_engine(void* model_data, const OgaExtEngin
                 "max_sequence_length": geometry.max_sequence_length,
                 "window_ring_blocks": geometry.window_ring_blocks,
                 "window_blocks": geometry.window_blocks,
+                "fixed_state_slots": geometry.fixed_state_slots,
             })
         except MemoryError as error:
             _write_message(message, capacity, f"cannot allocate the KV cache: {error}")
@@ -1199,11 +1259,12 @@ cdef OgaExtExecutionStatus _onnx_execute(void* engine_data, const OgaExtStepInpu
     with gil:
         executor = <object>engine_data
         try:
+            fixed_state = _fixed_state_bindings(inputs) if inputs.num_fixed_states > 0 else None
             status, text, address, rows = executor.execute(
                 inputs.num_rows, inputs.num_tokens, <size_t>inputs.input_ids, <size_t>inputs.position_ids,
                 <size_t>inputs.cumulative_sequence_lengths, <size_t>inputs.past_sequence_lengths,
                 <size_t>inputs.block_table, inputs.block_table_columns, <size_t>inputs.attention_metadata,
-                <size_t>inputs.logits_indices, <size_t>inputs.block_table_windowed)
+                <size_t>inputs.logits_indices, <size_t>inputs.block_table_windowed, fixed_state)
             if status != 0:
                 _write_message(message, capacity, text)
                 return status

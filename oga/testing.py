@@ -8,8 +8,11 @@ __all__ = [
     "check_invariants",
     "create_test_model",
     "engine_counters",
+    "fixed_state_row",
+    "fixed_state_slot",
     "inject_fault",
     "last_step_inputs",
+    "set_fixed_state_fallback_only",
     "set_last_turn_id",
     "set_token_table",
 ]
@@ -22,6 +25,7 @@ FAULT_PHASES = {
     "sample": 3,
     "commit_prepare": 4,
     "commit": 5,
+    "fixed_state_prepare": 6,
 }
 # OgaExtExecutionStatus values an armed "execute" fault reports.
 FAULT_KINDS = {
@@ -48,6 +52,9 @@ def create_test_model(
     max_block_table_columns=0,
     prefix_caching=False,
     sliding_window=None,
+    hybrid=None,
+    fixed_state_row_words=2,
+    fixed_state_capture=False,
     search=None,
 ):
     """Builds a genai_config document for the built-in test executor and creates the model
@@ -57,7 +64,12 @@ def create_test_model(
     (default False, so usage counts stay independent of earlier requests); None omits the key, which
     means on, as in onnxruntime-genai 0.18. ``sliding_window=(window_size, layers)`` makes a 2-layer
     decoder whose ``layers`` keep a sliding-window ring (needs ``chunk_size``), which the test executor
-    checks position by position."""
+    checks position by position. ``hybrid=(paged, conv, recurrent)`` (three lists of layer ids of a
+    decoder with max(all) + 1 layers) declares model.decoder.state_groups with a paged_kv group and
+    fixed_conv / fixed_recurrent groups (empty ones omitted): the test executor then keeps one fixed
+    state tensor per fixed layer, rows of ``fixed_state_row_words`` 8-byte words, checks every row's
+    fixed input against its token history and, with ``fixed_state_capture``, captures every packed
+    token's state (needed to verify drafts on a hybrid model)."""
     search_section = {"max_length": max_length or context_length, "do_sample": False}
     if chunk_size is not None:
         search_section["chunk_size"] = chunk_size
@@ -92,6 +104,15 @@ def create_test_model(
         config["model"]["decoder"] = {"num_hidden_layers": 2,
                                       "sliding_window": {"window_size": window_size, "layers": list(layers)}}
         config["test_model"]["windowed_block_table"] = True
+    if hybrid is not None:
+        paged, conv, recurrent = (list(layers) for layers in hybrid)
+        groups = [{"kind": "paged_kv", "layer_ids": paged}]
+        groups += [{"kind": kind, "layer_ids": layers}
+                   for kind, layers in (("fixed_conv", conv), ("fixed_recurrent", recurrent)) if layers]
+        config["model"]["decoder"]["num_hidden_layers"] = max(paged + conv + recurrent) + 1
+        config["model"]["decoder"]["state_groups"] = groups
+        config["test_model"]["fixed_state_row_words"] = fixed_state_row_words
+        config["test_model"]["fixed_state_capture"] = bool(fixed_state_capture)
     return _core._test_model_create(json.dumps(config))
 
 
@@ -122,6 +143,23 @@ def engine_counters(engine):
 def last_step_inputs(engine):
     """OgaExtEngineGetLastStepInputs: numpy copies of the last packed step (block_table is 2-D)."""
     return _core._engine_last_step_inputs(engine)
+
+
+def fixed_state_slot(request):
+    """OgaExtRequestGetFixedStateSlot as a dict: slot (-1 = none), active_bank,
+    allocation_generation, state_generation, committed_tokens."""
+    return _core._request_fixed_state_slot(request)
+
+
+def fixed_state_row(request, tensor):
+    """OgaExtRequestGetFixedStateRow: a bytes copy of the request's committed row of fixed tensor
+    ``tensor`` (hybrid models)."""
+    return _core._request_fixed_state_row(request, tensor)
+
+
+def set_fixed_state_fallback_only(engine, fallback_only=True):
+    """OgaExtEngineSetFixedStateFallbackOnly: always gather / stage fixed state (benchmarks)."""
+    _core._engine_set_fixed_state_fallback_only(engine, fallback_only)
 
 
 def set_last_turn_id(request, turn_id):

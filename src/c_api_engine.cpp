@@ -547,6 +547,59 @@ OgaResult* OGA_API_CALL OgaExtEngineGetCounters(const OgaEngine* engine, OgaExtE
     out->waiting_requests = core.scheduler().waiting().size();
     out->bound_requests = core.bound_request_count();
     out->retained_events = core.retained_event_count();
+    out->fixed_state_direct_steps = counters.fixed_state_direct_steps;
+    out->fixed_state_fallback_steps = counters.fixed_state_fallback_steps;
+  });
+}
+
+OgaResult* OGA_API_CALL OgaExtRequestGetFixedStateSlot(const OgaRequest* request, OgaExtFixedStateSlot* out) {
+  return Guard([&] {
+    RequireNotNull(request, "request must not be null.");
+    RequireNotNull(out, "out must not be null.");
+    *out = OgaExtFixedStateSlot{};
+    out->slot = -1;
+    const oga::Request& core = *request->request;
+    if (core.closed() || core.engine() == nullptr || core.fixed_slot < 0) return;
+    const oga::Engine& engine = *core.engine();
+    engine.CheckOwnerThread();
+    const oga::FixedStatePool* pool = engine.cache().fixed_state();
+    const oga::FixedStateSlot& slot = pool->slots()[static_cast<size_t>(core.fixed_slot)];
+    out->slot = core.fixed_slot;
+    out->active_bank = slot.active_bank;
+    out->allocation_generation = slot.allocation_generation;
+    out->state_generation = slot.state_generation;
+    out->committed_tokens = slot.committed_tokens;
+  });
+}
+
+OgaResult* OGA_API_CALL OgaExtRequestGetFixedStateRow(const OgaRequest* request, size_t tensor, const void** data,
+                                                      size_t* size) {
+  return Guard([&] {
+    RequireNotNull(request, "request must not be null.");
+    RequireNotNull(data, "data must not be null.");
+    RequireNotNull(size, "size must not be null.");
+    const oga::Request& core = *request->request;
+    if (core.closed() || core.engine() == nullptr) throw ApiError(oga::kClosedRequestMessage);
+    const oga::Engine& engine = *core.engine();
+    engine.CheckOwnerThread();
+    const oga::FixedStatePool* pool = engine.cache().fixed_state();
+    if (pool == nullptr) throw ApiError("This engine's model has no fixed decoder state.");
+    if (tensor >= pool->tensor_count()) {
+      throw ApiError("Fixed state tensor " + std::to_string(tensor) + " is out of range [0, " +
+                     std::to_string(pool->tensor_count()) + ").");
+    }
+    if (core.fixed_slot < 0) throw ApiError("The request owns no committed fixed state.");
+    *data = pool->ActiveRow(tensor, core.fixed_slot);
+    *size = pool->row_bytes(tensor);
+  });
+}
+
+OgaResult* OGA_API_CALL OgaExtEngineSetFixedStateFallbackOnly(OgaEngine* engine, int32_t fallback_only) {
+  return Guard([&] {
+    RequireNotNull(engine, "engine must not be null.");
+    oga::Engine& core = EngineOf(engine);
+    core.CheckOwnerThread();
+    core.SetFixedStateFallbackOnly(fallback_only != 0);
   });
 }
 

@@ -183,11 +183,6 @@ std::vector<int32_t> PagedLayersForLoading(const oga::ModelConfig& config) {
   }
   if (paged_groups != 1) throw ApiError("Dynamic batching requires exactly one paged_kv decoder state group");
   if (paged->layer_ids.empty()) throw ApiError("Dynamic batching requires at least one paged_kv decoder layer");
-  if (fixed) {
-    throw ApiError(
-        "Fixed decoder state groups (fixed_conv, fixed_recurrent) are not supported yet by oga: only the paged_kv "
-        "group can run. Remove the fixed groups from model.decoder.state_groups only if the model has no such state.");
-  }
   if (!decoder.state_groups) {
     // An explicit manifest had its templates checked when parsed; the legacy one is checked here.
     RequireLayerTemplate(decoder.inputs.past_key_names, "inputs", "past_key_names");

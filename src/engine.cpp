@@ -124,6 +124,31 @@ size_t RingBlocksFor(const ModelConfig& config, const OgaExtModelExecutor& execu
   return static_cast<size_t>((chunk + window - 1 + block_size - 1) / block_size);
 }
 
+// Fixed decoder state (hybrid models; seed: "Fixed request-state pools"): the per-tensor row bytes
+// the executor reports, checked against the bindings the configuration's fixed groups declare.
+std::vector<size_t> FixedStateRowBytes(const ModelConfig& config, const OgaExtModelExecutor& executor) {
+  size_t declared = 0;
+  for (const StateGroup& group : EffectiveStateGroups(config.decoder)) {
+    if (group.kind != StateGroupKind::kPagedKv) declared += group.layer_ids.size();
+  }
+  if (declared == 0 && executor.num_fixed_states == 0) return {};
+  if (declared > 0 && !config.dynamic_batching) throw ApiError("Fixed decoder state groups require engine.dynamic_batching");
+  if (executor.num_fixed_states != declared || (declared > 0 && executor.fixed_state_row_bytes == nullptr)) {
+    throw ApiError("model.decoder.state_groups declares " + std::to_string(declared) +
+                   " fixed state bindings, but the model executor binds " + std::to_string(executor.num_fixed_states) +
+                   " fixed state tensors.");
+  }
+  std::vector<size_t> row_bytes(executor.fixed_state_row_bytes, executor.fixed_state_row_bytes + declared);
+  for (size_t bytes : row_bytes) {
+    if (bytes == 0) throw ApiError("A fixed decoder state tensor has an empty per-request row.");
+  }
+  if (config.dynamic_batching->prefix_caching.value_or(false)) {
+    // Adopting cached blocks would skip tokens whose recurrent state no block holds.
+    throw ApiError("Prefix caching does not yet support fixed decoder state groups (fixed_conv, fixed_recurrent).");
+  }
+  return row_bytes;
+}
+
 }  // namespace
 
 std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
@@ -142,9 +167,24 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   if (config.context_length < 1) throw ApiError("context_length must be > 0");
   const uint64_t block_size = static_cast<uint64_t>(batching.block_size);
   const size_t ring_blocks = RingBlocksFor(config, model->executor(), block_size);
-  // The ring pool (one ring per block table) is a fixed cost the automatic size leaves room for.
+  const std::vector<size_t> fixed_row_bytes = FixedStateRowBytes(config, model->executor());
+  const bool fixed_capture = !fixed_row_bytes.empty() && model->executor().fixed_state_capture != 0;
+  // The pool is allocated before the blocks are sized, so a planned step never fails for its memory.
+  std::unique_ptr<FixedStatePool> fixed_pool;
+  if (!fixed_row_bytes.empty()) {
+    try {
+      fixed_pool = std::make_unique<FixedStatePool>(fixed_row_bytes, static_cast<size_t>(batching.max_batch_size),
+                                                    static_cast<size_t>(batching.max_scheduled_tokens), fixed_capture,
+                                                    model->faults());
+    } catch (const std::bad_alloc&) {
+      throw ApiError(kBudgetTooSmallMessage);
+    }
+  }
+  // The ring pool (one ring per block table) and the fixed-state pool are fixed costs the
+  // automatic size leaves room for.
   const double ring_bytes = static_cast<double>(ring_blocks) * static_cast<double>(batching.max_batch_size) *
-                            static_cast<double>(model->executor().bytes_per_window_block);
+                                static_cast<double>(model->executor().bytes_per_window_block) +
+                            (fixed_pool ? static_cast<double>(fixed_pool->persistent_bytes()) : 0.0);
   const uint64_t num_blocks = batching.num_blocks
                                   ? static_cast<uint64_t>(*batching.num_blocks)
                                   : AutoSizedBlockCount(config, model->executor().bytes_per_block, ring_bytes);
@@ -163,8 +203,14 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   if (ring_blocks > 0) limits.max_query_tokens = static_cast<size_t>(config.search.chunk_size);
   limits.prefix_caching = ring_blocks == 0 && batching.prefix_caching.value_or(true);
   limits.window_ring_blocks = ring_blocks;
-  // Drafts need one logits row per packed token, and room for them beside the mandatory token.
-  if (model->executor().per_token_logits != 0 && limits.max_scheduled_tokens > 1) {
+  if (fixed_pool) {
+    limits.fixed_state_row_bytes = fixed_pool->total_row_bytes();
+    limits.prefix_caching = false;  // adopted blocks carry no fixed state
+  }
+  // Drafts need one logits row per packed token, and room for them beside the mandatory token; a
+  // hybrid model also needs every token's fixed state to replay a partially accepted proposal.
+  if (model->executor().per_token_logits != 0 && limits.max_scheduled_tokens > 1 &&
+      (fixed_row_bytes.empty() || fixed_capture)) {
     limits.max_draft_tokens = std::min(kMaxDraftTokens, limits.max_scheduled_tokens - 1);
     if (limits.max_query_tokens > 0) {
       limits.max_draft_tokens = std::min(limits.max_draft_tokens, limits.max_query_tokens - 1);
@@ -182,12 +228,20 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   geometry.vocab_size = engine->vocab_size_;
   geometry.window_ring_blocks = ring_blocks;
   geometry.window_blocks = ring_blocks * limits.max_batch_size;  // one fixed ring per block table
+  if (fixed_pool) {
+    geometry.fixed_state_slots = fixed_pool->capacity();
+    engine->cache_.EnableFixedState(std::move(fixed_pool));
+    engine->hybrid_io_ = std::make_unique<HybridDecoderIO>(engine->io_);
+  }
   engine->executor_.Open(engine->model_->executor(), geometry);
   return engine;
 }
 
 std::shared_ptr<Engine> Engine::CreateStatic(std::shared_ptr<Model> model) {
   const ModelConfig& config = model->config();
+  if (!FixedStateRowBytes(config, model->executor()).empty()) {
+    throw ApiError("Fixed decoder state groups require engine.dynamic_batching");
+  }
   if (model->executor().execute_static == nullptr) {
     throw ApiError("This model's executor has no static batching path; configure engine.dynamic_batching.");
   }
@@ -243,6 +297,7 @@ Engine::Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size
   select_staged_.resize(limits.max_batch_size);
   select_rows_.resize(limits.max_batch_size);
   plan_.rows.reserve(limits.max_batch_size);
+  plan_.publish_order.reserve(limits.max_batch_size);
   plan_.cached_block_ids.reserve(limits.max_batch_size * cache_.max_columns());
   plan_.unserviceable.reserve(limits.max_batch_size);
   staged_.resize(limits.max_batch_size);
@@ -617,6 +672,7 @@ void Engine::ExecuteTransaction() {
       throw ContractError("injected reservation fault");
     }
     cache_.Reserve(plan_);
+    CheckFixedStateReservation();
   } catch (const std::exception& error) {
     cache_.Discard();
     Poison(OgaErrorCode_EngineContractFailure,
@@ -627,7 +683,7 @@ void Engine::ExecuteTransaction() {
   // committed request state is itself the checkpoint and rollback only discards.
   const OgaExtStepInputs* inputs = nullptr;
   try {
-    inputs = &io_.Pack(plan_, cache_);
+    inputs = hybrid_io_ ? &hybrid_io_->Pack(plan_, cache_) : &io_.Pack(plan_, cache_);
   } catch (const std::exception& error) {
     Rollback();
     Poison(OgaErrorCode_EngineContractFailure,
@@ -694,6 +750,17 @@ void Engine::ExecuteTransaction() {
     Rollback();
     Poison(OgaErrorCode_EngineContractFailure,
            std::string("Transaction preparation failed and the Engine is no longer healthy. Cause: ") + error.what());
+    return;
+  }
+  // The fixed state's copies into inactive banks: the last fallible device work. Committed state is
+  // intact after a failure, but a half-written inactive bank cannot be proven whole for a retry.
+  try {
+    cache_.PrepareCommit(plan_);
+  } catch (const std::exception& error) {
+    Rollback();
+    Poison(OgaErrorCode_EngineExecutionFailure,
+           std::string("Transaction commit preparation failed and the Engine is no longer healthy. Cause: ") +
+               error.what());
     return;
   }
   // Publication is fail-stop.
@@ -878,10 +945,37 @@ void Engine::SelectTokens(size_t count, const OgaExtStepOutputs& outputs) {
       this);
 }
 
+void Engine::CheckFixedStateReservation() const {
+  const FixedStatePool* pool = cache_.fixed_state();
+  const FixedStatePlan& planned = plan_.fixed_state;
+  if (planned.required != (pool != nullptr)) {
+    throw ContractError("the step plan's fixed-state requirement does not match the model");
+  }
+  if (pool == nullptr) return;
+  if (!pool->reservation_live() || pool->reserved_rows() != planned.rows || planned.rows != plan_.rows.size() ||
+      pool->reserved_new_slots() != planned.new_slots || pool->reserved_binding_bytes() != planned.binding_bytes) {
+    throw ContractError("the fixed-state reservation does not match the planned fixed-state resources");
+  }
+  for (size_t r = 0; r < plan_.rows.size(); ++r) {
+    if (pool->reserved_owner(r) != plan_.rows[r].request) {
+      throw ContractError("a fixed-state reservation row names another request than the plan");
+    }
+  }
+}
+
+void Engine::SetFixedStateFallbackOnly(bool fallback_only) {
+  FixedStatePool* pool = cache_.fixed_state();
+  if (pool == nullptr) throw ApiError("This engine's model has no fixed decoder state.");
+  pool->set_fallback_only(fallback_only);
+}
+
 void Engine::PublishCommit() {
+  const FixedStatePool* fixed = cache_.fixed_state();
+  const bool fixed_direct = fixed != nullptr && fixed->direct();
   cache_.Commit(plan_);
   scheduler_.CommitAdmissions(plan_);
-  for (size_t r = 0; r < plan_.rows.size(); ++r) {
+  // Scheduler order, whatever order the rows executed in: events follow it.
+  for (const size_t r : plan_.publish_order) {
     const RequestStepPlan& row = plan_.rows[r];
     row.request->processed = row.processed_before + row.committed_tokens();
     if (row.newly_admitted) {
@@ -909,6 +1003,7 @@ void Engine::PublishCommit() {
   }
   failed_rows_.clear();
   ++counters_.committed_steps;
+  if (fixed != nullptr) ++(fixed_direct ? counters_.fixed_state_direct_steps : counters_.fixed_state_fallback_steps);
 }
 
 void Engine::Rollback() {

@@ -18,6 +18,7 @@
 
 #include "errors.h"
 #include "events.h"
+#include "hybrid_decoder_io.h"
 #include "model.h"
 #include "model_executor.h"
 #include "paged_cache.h"
@@ -61,6 +62,8 @@ struct EngineCounters {
   uint64_t rolled_back_steps = 0;
   uint64_t step_ns = 0;
   uint64_t executor_ns = 0;
+  uint64_t fixed_state_direct_steps = 0;
+  uint64_t fixed_state_fallback_steps = 0;
 };
 
 class Engine {
@@ -113,7 +116,9 @@ class Engine {
   const DynamicBatchScheduler& scheduler() const { return scheduler_; }
   size_t bound_request_count() const { return bound_.size(); }
   size_t retained_event_count() const { return pending_.size(); }
-  const OgaExtStepInputs& last_step_inputs() const { return io_.inputs(); }
+  const OgaExtStepInputs& last_step_inputs() const { return hybrid_io_ ? hybrid_io_->inputs() : io_.inputs(); }
+  // Benchmarks and tests (hybrid models): always gather / stage fixed state.
+  void SetFixedStateFallbackOnly(bool fallback_only);
   void SetLastTurnIdForTesting(Request& request, uint64_t turn_id);
 
  private:
@@ -147,6 +152,9 @@ class Engine {
   // Executable turns in publication order (residents or batch rows, then the waiting queue).
   void CollectExecutable(std::vector<Request*>& out) const;
   void StageResults(const OgaExtStepOutputs& outputs);
+  // Proves the fixed-state reservation is the one the plan asked for (row count, new slots, binding
+  // bytes, per-row request identity); throws ContractError otherwise.
+  void CheckFixedStateReservation() const;
   void PublishCommit();
   LogitsRow LogitsRowAt(const OgaExtStepOutputs& outputs, size_t row) const;
   // Token selection and turn-end staging for one row, with participant `participant`'s scratch;
@@ -188,6 +196,7 @@ class Engine {
   PagedKeyValueCache cache_;
   DynamicBatchScheduler scheduler_;
   VarlenDecoderIO io_;
+  std::unique_ptr<HybridDecoderIO> hybrid_io_;  // hybrid models: io_ plus the fixed-state bindings
   ModelExecutor executor_;
   // Set only on the static path.
   std::unique_ptr<StaticBatchScheduler> static_scheduler_;

@@ -108,6 +108,32 @@ std::string Engine::CheckInvariants() const {
   }
   if (cache_.reservation_live()) report("a step reservation outlived its transaction");
 
+  // Composite state (hybrid models): paged and fixed committed ownership name the same requests,
+  // and each request's fixed state holds exactly its committed cache slots.
+  if (const FixedStatePool* fixed = cache_.fixed_state()) {
+    if (fixed->reservation_live()) report("a fixed-state reservation outlived its transaction");
+    size_t owned = 0;
+    for (size_t s = 0; s < fixed->slots().size(); ++s) {
+      const FixedStateSlot& slot = fixed->slots()[s];
+      if (slot.owner == nullptr) continue;
+      ++owned;
+      const Request& request = *slot.owner;
+      const std::string name = "request " + std::to_string(request.serial);
+      if (request.fixed_slot != static_cast<int32_t>(s)) report("fixed-state slot " + std::to_string(s) + " names " + name + " which does not point back to it");
+      const BlockTable* table = cache_.TableOf(request);
+      if (table == nullptr || table->owner != &request) {
+        report(name + " owns a fixed-state slot but no block table");
+      } else if (table->committed_slots != slot.committed_tokens) {
+        report(name + ": fixed state holds " + std::to_string(slot.committed_tokens) + " tokens, its cache " +
+               std::to_string(table->committed_slots) + " committed slots");
+      }
+    }
+    if (owned != tables_in_use) {
+      report("fixed-state slots in use (" + std::to_string(owned) + ") != block tables in use (" +
+             std::to_string(tables_in_use) + ")");
+    }
+  }
+
   // Scheduler membership.
   if (scheduler_.residents().size() != tables_in_use) {
     report("scheduler residents (" + std::to_string(scheduler_.residents().size()) + ") != block tables in use (" +
@@ -171,6 +197,13 @@ std::string Engine::CheckInvariants() const {
              std::to_string(retained[b]));
     }
     const bool resident = request.resident();
+    if (request.fixed_slot >= 0) {
+      const FixedStatePool* fixed = cache_.fixed_state();
+      if (fixed == nullptr || static_cast<size_t>(request.fixed_slot) >= fixed->slots().size() ||
+          fixed->slots()[static_cast<size_t>(request.fixed_slot)].owner != &request) {
+        report(name + " points to a fixed-state slot it does not own");
+      }
+    }
     switch (request.status) {
       case RequestStatus::Unassigned:
         // turn_id may be nonzero here only through OgaExtRequestSetLastTurnIdForTesting.

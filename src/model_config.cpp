@@ -542,6 +542,11 @@ void ParseTestModelSection(const Value& test_model, ModelConfig& config) {
       config.test_max_block_table_columns = ReadNonNegativeInt(member.value, member.key);
     } else if (member.key == "windowed_block_table") {
       config.test_windowed_block_table = ReadBool(member.value, member.key);
+    } else if (member.key == "fixed_state_row_words") {
+      config.test_fixed_state_row_words = ReadNonNegativeInt(member.value, member.key);
+      if (config.test_fixed_state_row_words < 2) FailAt(member.value, "test_model:fixed_state_row_words:must be 2 or greater");
+    } else if (member.key == "fixed_state_capture") {
+      config.test_fixed_state_capture = ReadBool(member.value, member.key);
     } else {
       FailUnknownKey("test_model", member);
     }

@@ -128,6 +128,8 @@ struct ModelConfig {
   bool test_per_token_logits = false;
   int64_t test_max_block_table_columns = 0;
   bool test_windowed_block_table = false;  // the test executor checks the sliding-window ring
+  int64_t test_fixed_state_row_words = 2;  // 8-byte words per fixed-state row (hybrid test models)
+  bool test_fixed_state_capture = false;   // the test executor captures every token's fixed state
 };
 
 // Parses a genai_config.json document. Throws json::Error (a std::runtime_error) whose message

@@ -62,6 +62,14 @@ void PagedKeyValueCache::Reserve(const StepPlan& plan) {
   }
   reserved_begin_.push_back(reserved_.size());
   reservation_live_ = true;
+  if (fixed_) {
+    try {
+      fixed_->Reserve(plan);
+    } catch (...) {
+      Discard();
+      throw;
+    }
+  }
 }
 
 int32_t PagedKeyValueCache::TakeBlock() {
@@ -137,6 +145,11 @@ void PagedKeyValueCache::ValidateCommit(const StepPlan& plan) const {
     }
   }
   if (new_tables > free_tables_.size()) throw ContractError("more admissions than free block tables");
+  if (fixed_) fixed_->ValidateCommit(plan);
+}
+
+void PagedKeyValueCache::PrepareCommit(const StepPlan& plan) {
+  if (fixed_) fixed_->PrepareCommit(plan);
 }
 
 size_t PagedKeyValueCache::KeptBlocks(const RequestStepPlan& row, size_t owned) const {
@@ -171,9 +184,13 @@ void PagedKeyValueCache::Commit(const StepPlan& plan) {
   reserved_.clear();
   reserved_begin_.clear();
   reservation_live_ = false;
+  if (fixed_ && !fixed_->PublishCommit(plan)) {
+    throw ContractError("the fixed-state reservation was not prepared for the published step");
+  }
 }
 
 void PagedKeyValueCache::Discard() {
+  if (fixed_) fixed_->Discard();
   if (!reservation_live_) return;
   for (size_t i = reserved_.size(); i > 0; --i) Unref(reserved_[i - 1]);
   reserved_.clear();
@@ -182,6 +199,7 @@ void PagedKeyValueCache::Discard() {
 }
 
 void PagedKeyValueCache::Release(Request& request) {
+  if (fixed_) fixed_->Release(request);
   if (request.cache_slot < 0) return;
   BlockTable& table = tables_[static_cast<size_t>(request.cache_slot)];
   for (size_t i = table.blocks.size(); i > 0; --i) Unref(table.blocks[i - 1]);

@@ -11,6 +11,12 @@
 // the indexed blocks its prompt starts with as part of its reservation, and an indexed block that
 // nobody references stays adoptable (evictable) until the pool needs it. Shared blocks are always
 // full, so no step ever writes into a block another table holds.
+//
+// Hybrid models (fixed_conv / fixed_recurrent state groups): the cache also owns the FixedStatePool
+// and every transaction covers both -- Reserve reserves blocks and fixed slots for the same rows,
+// PrepareCommit does the fixed state's fallible copies, Commit publishes paged occupancy and then
+// flips the fixed banks, Discard and Release drop both -- so that paged and fixed state always
+// name the same requests at the same token boundary.
 #pragma once
 
 #include <cstddef>
@@ -19,6 +25,7 @@
 #include <vector>
 
 #include "block_pool.h"
+#include "fixed_state_pool.h"
 #include "prefix_cache.h"
 #include "step_plan.h"
 
@@ -52,8 +59,13 @@ class PagedKeyValueCache {
   size_t OwnedBlocks(const Request& request) const;
   const BlockTable* TableOf(const Request& request) const;
 
-  // Reserves every block the plan's rows need. Throws ContractError (and reserves nothing) when the
-  // pool cannot cover the plan, which planning promised it could.
+  // Hybrid models: the fixed-state pool joins every transaction from now on.
+  void EnableFixedState(std::unique_ptr<FixedStatePool> pool) { fixed_ = std::move(pool); }
+  FixedStatePool* fixed_state() { return fixed_.get(); }
+  const FixedStatePool* fixed_state() const { return fixed_.get(); }
+
+  // Reserves every block (and fixed-state slot) the plan's rows need. Throws ContractError (and
+  // reserves nothing) when the pool cannot cover the plan, which planning promised it could.
   void Reserve(const StepPlan& plan);
   bool reservation_live() const { return reservation_live_; }
   // Writes the combined (committed + reserved) table of every plan row, -1 padded to `columns`.
@@ -63,10 +75,15 @@ class PagedKeyValueCache {
   int32_t TableSlot(size_t row) const;
   // Checks every precondition of Commit without changing anything; throws ContractError.
   void ValidateCommit(const StepPlan& plan) const;
+  // The transaction's last fallible work: the fixed state's copies into inactive banks (nothing
+  // for a paged-only model). A failure is fatal for the engine.
+  void PrepareCommit(const StepPlan& plan);
   // Publishes the reservation: reserved blocks join their tables, committed slots advance, new
-  // requests get a table. Call only after ValidateCommit; performs no allocation.
+  // requests get a table; then the fixed banks flip. Call only after PrepareCommit; performs no
+  // allocation.
   void Commit(const StepPlan& plan);
-  // Returns the reservation's blocks to the pool, restoring its exact previous state.
+  // Returns the reservation's blocks (and provisional fixed slots) to the pool, restoring its exact
+  // previous state.
   void Discard();
   // Releases everything `request` owns (close, abandonment, unserviceable).
   void Release(Request& request);
@@ -101,6 +118,7 @@ class PagedKeyValueCache {
   std::vector<int32_t> reserved_tables_;  // per plan row: its table slot (admissions: the one Commit gives)
   std::vector<int32_t> refs_;          // per block: tables and reservation entries holding it
   std::unique_ptr<PrefixCache> prefix_;  // null without prefix caching
+  std::unique_ptr<FixedStatePool> fixed_;  // null without fixed state
   bool reservation_live_ = false;
 };
 

@@ -74,6 +74,7 @@ class Request : public std::enable_shared_from_this<Request> {
   bool waiting = false;          // in the scheduler's admission queue
   int32_t cache_slot = -1;       // dynamic: index of the block table it owns; -1 = not resident
   int32_t static_row = -1;       // static: its row in the resident batch; -1 = not resident
+  int32_t fixed_slot = -1;       // hybrid models: its committed fixed-state slot; -1 = none
   uint32_t retained_events = 0;  // undelivered events in the engine's queue
 
   // Public handle bookkeeping: the one external handle (nullptr once the caller released it).

@@ -72,6 +72,7 @@ void DynamicBatchScheduler::PlanStep(StepPlan& plan) const {
   }
   ScheduleDrafts(budget, plan);
   ExpandPrefills(plan);
+  OrderByFixedSlot(plan);
   AssignPackedLayout(plan);
   plan.outcome = StepOutcome::Executable;
 }
@@ -222,6 +223,28 @@ void DynamicBatchScheduler::ExpandPrefills(StepPlan& plan) const {
     row.token_count += extra;
     spare -= extra;
   }
+}
+
+void DynamicBatchScheduler::OrderByFixedSlot(StepPlan& plan) const {
+  plan.publish_order.resize(plan.rows.size());  // capacity max_batch_size: no allocation
+  for (size_t r = 0; r < plan.rows.size(); ++r) plan.rows[r].rank = r;
+  if (limits_.fixed_state_row_bytes > 0) {
+    bool admissions = false;
+    for (const RequestStepPlan& row : plan.rows) admissions = admissions || row.newly_admitted;
+    if (!admissions) {
+      // Insertion sort: stable, allocation-free, and residents are mostly in slot order already.
+      for (size_t i = 1; i < plan.rows.size(); ++i) {
+        for (size_t j = i; j > 0 && plan.rows[j - 1].request->fixed_slot > plan.rows[j].request->fixed_slot; --j) {
+          std::swap(plan.rows[j - 1], plan.rows[j]);
+        }
+      }
+    }
+    plan.fixed_state.required = true;
+    plan.fixed_state.rows = plan.rows.size();
+    for (const RequestStepPlan& row : plan.rows) plan.fixed_state.new_slots += row.newly_admitted ? 1 : 0;
+    plan.fixed_state.binding_bytes = plan.rows.size() * limits_.fixed_state_row_bytes * 2;
+  }
+  for (size_t r = 0; r < plan.rows.size(); ++r) plan.publish_order[plan.rows[r].rank] = r;
 }
 
 void DynamicBatchScheduler::AssignPackedLayout(StepPlan& plan) const {

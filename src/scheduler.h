@@ -33,6 +33,7 @@ struct SchedulerLimits {
   // Engine-wide cache configuration the scheduler's collaborators are built with.
   bool prefix_caching = false;
   size_t window_ring_blocks = 0;    // R per block table; 0 = no sliding-window ring
+  size_t fixed_state_row_bytes = 0; // one request's fixed state over every tensor; 0 = no fixed state
 };
 
 class DynamicBatchScheduler {
@@ -70,6 +71,9 @@ class DynamicBatchScheduler {
   // `cached_blocks` adoptable ones (so admitting it now would compute that block twice).
   bool SharesPendingPrefix(const Request& request, size_t cached_blocks, size_t limit_blocks,
                            const StepPlan& plan) const;
+  // Hybrid models: an all-resident step executes in fixed-slot order, so that a contiguous slot
+  // interval can be bound directly; events keep the scheduler order (RequestStepPlan::rank).
+  void OrderByFixedSlot(StepPlan& plan) const;
   void AssignPackedLayout(StepPlan& plan) const;
 
   SchedulerLimits limits_;

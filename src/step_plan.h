@@ -32,6 +32,7 @@ struct RequestStepPlan {
   bool prefill = false;
   bool newly_admitted = false;
   bool samples = false;         // the step consumes every unprocessed token, so a token is sampled
+  size_t rank = 0;              // scheduler order (events); rows may execute in fixed-slot order
   size_t packed_offset = 0;     // first row in the packed input
   size_t logits_index = 0;      // packed row of its last unprocessed token (drafts' rows follow)
 
@@ -41,9 +42,20 @@ struct RequestStepPlan {
   size_t committed_tokens() const { return token_count + accepted_drafts; }
 };
 
+// The fixed-state resources a plan needs (hybrid models); the engine proves the reservation matches.
+struct FixedStatePlan {
+  bool required = false;
+  size_t rows = 0;
+  size_t new_slots = 0;
+  size_t binding_bytes = 0;  // input and output rows over every fixed tensor
+};
+
 struct StepPlan {
   StepOutcome outcome = StepOutcome::NoWork;
-  std::vector<RequestStepPlan> rows;    // scheduler order: decodes, then prefills
+  std::vector<RequestStepPlan> rows;    // execution order: scheduler order (decodes, then prefills),
+                                        // or fixed-slot order for an all-resident hybrid step
+  std::vector<size_t> publish_order;    // row indices in scheduler order (rank)
+  FixedStatePlan fixed_state;
   std::vector<Request*> unserviceable;  // turns that can never fit
   std::vector<int32_t> cached_block_ids;  // prefix-cache blocks adopted by the rows, row after row
   size_t num_tokens = 0;
@@ -55,6 +67,8 @@ struct StepPlan {
   void Reset() {
     outcome = StepOutcome::NoWork;
     rows.clear();
+    publish_order.clear();
+    fixed_state = FixedStatePlan{};
     unserviceable.clear();
     cached_block_ids.clear();
     num_tokens = 0;

@@ -19,6 +19,17 @@
 // block_table_windowed, and a query at position p must find each of the W - 1 positions before it
 // still in its ring slot (an undersized ring, or a ring table that maps a position elsewhere, is a
 // fatal failure).
+//
+// With fixed_conv / fixed_recurrent groups in model.decoder.state_groups it is a hybrid decoder:
+// one fixed state tensor per fixed binding, rows of "test_model": {"fixed_state_row_words": W}
+// 8-byte words (default 2). The row of tensor t after position p is
+//
+//   word 0 = Mix(state(p) + (t + 1) * G),  word 1 = p + 1 (tokens baked in),  word k = word 0 ^ k
+//
+// and the zero row means no tokens. Every step checks each row's fixed input against the state its
+// paged chain reads back (a stale bank, a wrong slot, a missing zero row or a misordered row is a
+// fatal failure) and writes the state after the row's last packed token to the fixed output; with
+// "fixed_state_capture": true it also writes every packed token's state to the capture buffers.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -48,6 +59,7 @@ inline uint64_t Mix(uint64_t x) {
 struct TestModelData {
   ModelConfig config;
   std::shared_ptr<FaultInjector> faults;
+  std::vector<size_t> fixed_row_bytes;  // per fixed tensor (OgaExtModelExecutor.fixed_state_row_bytes)
 };
 
 struct CacheSlot {
@@ -62,6 +74,9 @@ struct TestEngineState {
   size_t window = 0;
   std::vector<float> logits;     // [max_scheduled_tokens, vocab]
   bool per_token_logits = false;
+  size_t fixed_states = 0;     // fixed tensors
+  size_t fixed_row_words = 0;  // 8-byte words per fixed row
+  bool fixed_capture = false;
   std::shared_ptr<FaultInjector> faults;
 };
 
@@ -86,6 +101,13 @@ OgaExtExecutionStatus OpenEngine(void* model_data, const OgaExtEngineGeometry* g
       state->window = static_cast<size_t>(model->config.decoder.sliding_window->window_size);
     }
     state->per_token_logits = model->config.test_per_token_logits;
+    state->fixed_states = model->fixed_row_bytes.size();
+    state->fixed_row_words = static_cast<size_t>(model->config.test_fixed_state_row_words);
+    state->fixed_capture = model->config.test_fixed_state_capture;
+    if (state->fixed_states > 0 && geometry->fixed_state_slots == 0) {
+      WriteMessage(message, message_capacity, "test executor: a hybrid model needs the engine's fixed-state pool");
+      return OgaExtExecutionStatus_Fatal;
+    }
     // One logits row per packed token for per-token decoders, otherwise one per request.
     const size_t logits_rows = state->per_token_logits ? geometry->max_scheduled_tokens : geometry->max_batch_size;
     state->logits.assign(logits_rows * geometry->vocab_size, 0.0f);
@@ -131,6 +153,30 @@ std::string CheckRing(TestEngineState& engine, const OgaExtStepInputs& in, size_
   return std::string();
 }
 
+// The fixed row of tensor `tensor` after position `position` whose chain state is `state`.
+void WriteFixedRow(uint64_t* row, size_t words, size_t tensor, uint64_t state, int64_t position) {
+  row[0] = Mix(state + (static_cast<uint64_t>(tensor) + 1) * kGolden);
+  row[1] = static_cast<uint64_t>(position + 1);
+  for (size_t k = 2; k < words; ++k) row[k] = row[0] ^ k;
+}
+
+// Checks row `r`'s fixed inputs: zeros before its first token, else the state after position past - 1.
+std::string CheckFixedInputs(const TestEngineState& engine, const OgaExtStepInputs& in, size_t r, int64_t past,
+                             uint64_t state) {
+  const size_t words = engine.fixed_row_words;
+  std::vector<uint64_t> expected(words, 0);
+  for (size_t t = 0; t < engine.fixed_states; ++t) {
+    if (past > 0) WriteFixedRow(expected.data(), words, t, state, past - 1);
+    const uint64_t* row = static_cast<const uint64_t*>(in.fixed_state_inputs[t]) + r * words;
+    if (std::memcmp(row, expected.data(), words * sizeof(uint64_t)) != 0) {
+      return "test executor: fixed state " + std::to_string(t) + " of row " + std::to_string(r) + " holds " +
+             std::to_string(row[1]) + " tokens (or other contents), expected the state after " + std::to_string(past) +
+             " tokens";
+    }
+  }
+  return std::string();
+}
+
 void WriteLogits(uint64_t state, size_t vocab, float* row) {
   for (size_t v = 0; v < vocab; ++v) {
     uint64_t score = Mix(state + (static_cast<uint64_t>(v) + 1) * kGolden) >> 40;
@@ -145,6 +191,13 @@ OgaExtExecutionStatus Execute(void* engine_data, const OgaExtStepInputs* in, Oga
   const size_t vocab = engine->geometry.vocab_size;
   const size_t num_blocks = engine->geometry.num_blocks;
   size_t selected_row = 0;
+  if (in->num_fixed_states != engine->fixed_states || (engine->fixed_states > 0 &&
+      (in->fixed_state_inputs == nullptr || in->fixed_state_outputs == nullptr ||
+       (engine->fixed_capture && in->fixed_state_captures == nullptr)))) {
+    WriteMessage(message, message_capacity, "test executor: the step binds " + std::to_string(in->num_fixed_states) +
+                                                " fixed state tensors, the model has " + std::to_string(engine->fixed_states));
+    return OgaExtExecutionStatus_Fatal;
+  }
   for (size_t r = 0; r < in->num_rows; ++r) {
     const int32_t* table = in->block_table + r * in->block_table_columns;
     const size_t begin = static_cast<size_t>(in->cumulative_sequence_lengths[r]);
@@ -169,6 +222,13 @@ OgaExtExecutionStatus Execute(void* engine_data, const OgaExtStepInputs* in, Oga
         return OgaExtExecutionStatus_Fatal;
       }
       state = previous->state;
+    }
+    if (engine->fixed_states > 0) {
+      const std::string failure = CheckFixedInputs(*engine, *in, r, past, state);
+      if (!failure.empty()) {
+        WriteMessage(message, message_capacity, failure);
+        return OgaExtExecutionStatus_Fatal;
+      }
     }
     if (!engine->ring.empty()) {
       // As a ring layer does: the step's keys are written first, then every query reads its window.
@@ -197,6 +257,15 @@ OgaExtExecutionStatus Execute(void* engine_data, const OgaExtStepInputs* in, Oga
       state = Mix(state ^ (token * kGolden) ^ (static_cast<uint64_t>(position) << 32));
       slot->position = position;
       slot->state = state;
+      for (size_t t = 0; t < engine->fixed_states; ++t) {
+        const size_t words = engine->fixed_row_words;
+        if (engine->fixed_capture) {
+          WriteFixedRow(static_cast<uint64_t*>(in->fixed_state_captures[t]) + i * words, words, t, state, position);
+        }
+        if (i + 1 == end) {
+          WriteFixedRow(static_cast<uint64_t*>(in->fixed_state_outputs[t]) + r * words, words, t, state, position);
+        }
+      }
       if (engine->per_token_logits) {
         WriteLogits(state, vocab, engine->logits.data() + i * vocab);
       } else if (i + 1 == end) {
@@ -240,6 +309,15 @@ std::shared_ptr<Model> CreateTestModel(const std::string& config_json) {
   executor.per_token_logits = config.test_per_token_logits ? 1 : 0;
   executor.max_block_table_columns = static_cast<size_t>(config.test_max_block_table_columns);
   executor.windowed_block_table = config.test_windowed_block_table ? 1 : 0;
+  for (const StateGroup& group : EffectiveStateGroups(config.decoder)) {
+    if (group.kind == StateGroupKind::kPagedKv) continue;
+    for (size_t i = 0; i < group.layer_ids.size(); ++i) {
+      data->fixed_row_bytes.push_back(static_cast<size_t>(config.test_fixed_state_row_words) * sizeof(uint64_t));
+    }
+  }
+  executor.num_fixed_states = data->fixed_row_bytes.size();
+  executor.fixed_state_row_bytes = data->fixed_row_bytes.empty() ? nullptr : data->fixed_row_bytes.data();
+  executor.fixed_state_capture = config.test_fixed_state_capture && !data->fixed_row_bytes.empty() ? 1 : 0;
   executor.model_data = data.get();
   executor.open_engine = OpenEngine;
   executor.execute = Execute;

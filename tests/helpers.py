@@ -324,13 +324,16 @@ def expected_workload(jobs: Sequence[Job], model_cfg: dict):
 
 
 def run_workload(model_cfg: dict, jobs: Sequence[Job], capacity: int = 64, fault=None, check=True,
-                 max_runs=20000, stall_limit=64, allow_run_errors=False) -> WorkloadResult:
+                 max_runs=20000, stall_limit=64, allow_run_errors=False, setup=None) -> WorkloadResult:
     """Runs the jobs on a fresh engine. Each job's next turn begins as soon as its terminal event was
-    delivered; a job is closed after its last turn. `fault` = dict of inject_fault kwargs."""
+    delivered; a job is closed after its last turn. `fault` = dict of inject_fault kwargs; `setup`
+    is called with the engine before the first Run."""
     model = ogt.create_test_model(**model_cfg)
     if fault is not None:
         ogt.inject_fault(model, **fault)
     engine = og.Engine(model)
+    if setup is not None:
+        setup(engine)
     buf = engine.create_event_buffer(capacity)
     n = len(jobs)
     reqs: List[Optional[object]] = [None] * n

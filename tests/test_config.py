@@ -593,9 +593,6 @@ LOAD_ERRORS = [
     (sliding_config([4]), "Sliding-window layer index is outside the decoder layer range."),
     (sliding_config([2]), "Every sliding-window layer must belong to the paged_kv decoder state group."),
     (static_fixed_config(), "Fixed decoder state groups require engine.dynamic_batching"),
-    (with_groups([{"kind": "paged_kv", "layer_ids": [3]}, {"kind": "fixed_recurrent", "layer_ids": [0]}]),
-     "Fixed decoder state groups (fixed_conv, fixed_recurrent) are not supported yet by oga: only the paged_kv "
-     "group can run. Remove the fixed groups from model.decoder.state_groups only if the model has no such state."),
 ]
 
 

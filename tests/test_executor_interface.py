@@ -20,7 +20,7 @@ from helpers import (
 class Geometry(Structure):
     _fields_ = [(n, c_size_t) for n in ("block_size", "num_blocks", "max_batch_size", "max_scheduled_tokens",
                                         "max_block_table_columns", "vocab_size", "max_sequence_length",
-                                        "window_ring_blocks", "window_blocks")]
+                                        "window_ring_blocks", "window_blocks", "fixed_state_slots")]
 
 
 class StepInputs(Structure):
@@ -31,6 +31,9 @@ class StepInputs(Structure):
         ("block_table", POINTER(c_int32)), ("block_table_columns", c_size_t),
         ("attention_metadata", POINTER(c_int32)), ("logits_indices", POINTER(c_int32)),
         ("graph_eligible", c_int32), ("block_table_windowed", POINTER(c_int32)),
+        ("num_fixed_states", c_size_t), ("fixed_state_inputs", POINTER(c_void_p)),
+        ("fixed_state_outputs", POINTER(c_void_p)), ("fixed_state_captures", POINTER(c_void_p)),
+        ("fixed_state_direct", c_int32),
     ]
 
 
@@ -50,7 +53,8 @@ class Executor(Structure):
                 ("model_data", c_void_p),
                 ("open_engine", OPEN), ("execute", EXECUTE), ("close_engine", CLOSE), ("release_model", RELEASE),
                 ("execute_static", c_void_p), ("windowed_block_table", c_int32),
-                ("bytes_per_window_block", c_size_t)]
+                ("bytes_per_window_block", c_size_t), ("num_fixed_states", c_size_t),
+                ("fixed_state_row_bytes", POINTER(c_size_t)), ("fixed_state_capture", c_int32)]
 
 
 class PyExecutor:
@@ -186,7 +190,8 @@ def test_python_executor_reproduces_the_oracle(lib, per_token):
     h, buf = make(lib, ex, max_scheduled_tokens=6)
     assert ex.opened == [dict(block_size=4, num_blocks=64, max_batch_size=4, max_scheduled_tokens=6,
                               max_block_table_columns=ex.opened[0]["max_block_table_columns"], vocab_size=64,
-                              max_sequence_length=0, window_ring_blocks=0, window_blocks=0)]
+                              max_sequence_length=0, window_ring_blocks=0, window_blocks=0,
+                              fixed_state_slots=0)]
     reqs = [h.request() for _ in PROMPTS]
     for r, p in zip(reqs, PROMPTS):
         h.begin(r, p, max_gen=5)
@@ -322,3 +327,28 @@ def test_release_model_waits_for_the_last_engine(lib):
     assert ex.closed == 2 and ex.released == 1
 
 
+
+
+@pytest.mark.parametrize("row_bytes,expected", [
+    ([], "model.decoder.state_groups declares 2 fixed state bindings, but the model executor binds 0 fixed state "
+         "tensors."),
+    ([16], "model.decoder.state_groups declares 2 fixed state bindings, but the model executor binds 1 fixed state "
+           "tensors."),
+    ([16, 0], "A fixed decoder state tensor has an empty per-request row."),
+])
+def test_engine_checks_the_executors_fixed_state_against_the_manifest(lib, row_bytes, expected):
+    ex = PyExecutor()
+    table = ex.table()
+    sizes = (c_size_t * max(1, len(row_bytes)))(*row_bytes)
+    table.num_fixed_states = len(row_bytes)
+    table.fixed_state_row_bytes = ctypes.cast(sizes, POINTER(c_size_t)) if row_bytes else None
+    cfg = json.loads(model_config())
+    cfg["model"]["decoder"] = {"num_hidden_layers": 2, "state_groups": [
+        {"kind": "paged_kv", "layer_ids": [1]}, {"kind": "fixed_conv", "layer_ids": [0]},
+        {"kind": "fixed_recurrent", "layer_ids": [0]}]}
+    model = P()
+    ok(lib, lib.OgaExtCreateModelWithExecutor(json.dumps(cfg).encode(), ctypes.addressof(table), byref(model)))
+    engine = P()
+    assert error(lib, lib.OgaCreateEngine(model, byref(engine))) == expected
+    assert engine.value is None and ex.opened == []
+    lib.OgaDestroyModel(model)

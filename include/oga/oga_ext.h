@@ -51,6 +51,9 @@ typedef struct OgaExtEngineGeometry {
    * ring layers' caches hold ([window_blocks, block_size, ...] per ring layer). 0 = no ring. */
   size_t window_ring_blocks;
   size_t window_blocks;
+  /* Fixed decoder state (hybrid models): request-state slots the engine's fixed-state pool holds
+   * (max_batch_size); 0 = the model has no fixed state. The engine owns that memory itself. */
+  size_t fixed_state_slots;
 } OgaExtEngineGeometry;
 
 /* One packed step. Arrays live in engine-owned buffers preallocated at the configured limits;
@@ -70,6 +73,20 @@ typedef struct OgaExtStepInputs {
   /* [num_rows, block_table_columns] the ring layers' table: entry j is the row's ring block j mod R,
    * so position p lives in ring slot p mod (R * block_size). NULL without a ring. */
   const int32_t* block_table_windowed;
+  /* Fixed decoder state (hybrid models; reference E.5), one entry per fixed tensor in the order of
+   * OgaExtModelExecutor.fixed_state_row_bytes. Each input is [num_rows, row] contiguous memory: the
+   * committed state of every row (zeros for a newly admitted request); each output is
+   * [num_rows, row] memory the step writes the state after the row's last packed token into, and
+   * never overlaps an input. fixed_state_direct = 1 when they are views of the engine's persistent
+   * state banks (a contiguous resident interval), 0 when gathered / staged copies. With
+   * OgaExtModelExecutor.fixed_state_capture, fixed_state_captures[t] is [num_tokens, row]: the state
+   * after every packed token (for replaying a partially accepted draft proposal); NULL otherwise.
+   * All NULL / 0 for a model without fixed state. */
+  size_t num_fixed_states;
+  const void* const* fixed_state_inputs;
+  void* const* fixed_state_outputs;
+  void* const* fixed_state_captures;
+  int32_t fixed_state_direct;
 } OgaExtStepInputs;
 
 /* One step of a static (contiguous-cache) batch: every resident row takes part, right-padded.
@@ -122,6 +139,15 @@ typedef struct OgaExtModelExecutor {
   /* Bytes one ring block occupies over every sliding-window ring layer, so automatic sizing leaves
    * room for the ring pool. 0 = unknown or no ring. */
   size_t bytes_per_window_block;
+  /* Fixed decoder state (hybrid models): the bytes of one request's row of each fixed state tensor,
+   * in model.decoder.state_groups order (each fixed_conv / fixed_recurrent group, its layer_ids in
+   * order); the array must stay valid as long as model_data. The count must equal the number of
+   * fixed bindings the configuration declares. 0 / NULL = no fixed state. */
+  size_t num_fixed_states;
+  const size_t* fixed_state_row_bytes;
+  /* Capability: every step also writes each packed token's fixed state (see
+   * OgaExtStepInputs.fixed_state_captures), which lets a hybrid model verify drafts. */
+  int32_t fixed_state_capture;
 } OgaExtModelExecutor;
 
 /* Creates a model from a genai_config.json document (text) and an executor. The executor table is
@@ -250,6 +276,9 @@ typedef uint32_t OgaExtFaultPhase;
                                             (and drawn): retryable batch abort */
 #define OgaExtFaultPhase_CommitPrepare 4u /* commit preparation: contract failure after rollback */
 #define OgaExtFaultPhase_Commit 5u        /* publication: execution failure, fail-stop */
+#define OgaExtFaultPhase_FixedStatePrepare 6u /* hybrid models: the fixed-state pool's commit preparation
+                                                fails after writing half of the step's rows into the
+                                                inactive banks: fatal (the active banks are untouched) */
 /* `kind`: for OgaExtFaultPhase_Execute, the OgaExtExecutionStatus the executor reports; for
  * OgaExtFaultPhase_Plan, Fatal or not (see above); ignored by the other phases. */
 /* Arms the fault: the next `skip` consultations of `phase` pass, then `count` fail. Arming again
@@ -299,12 +328,32 @@ typedef struct OgaExtEngineCounters {
   uint64_t waiting_requests;
   uint64_t bound_requests;      /* requests the engine holds (not closed, not reclaimed) */
   uint64_t retained_events;
+  /* Hybrid models: committed steps whose fixed state was bound directly as bank views, and those
+   * that gathered / staged it. */
+  uint64_t fixed_state_direct_steps;
+  uint64_t fixed_state_fallback_steps;
 } OgaExtEngineCounters;
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtEngineGetCounters(const OgaEngine* engine, OgaExtEngineCounters* out);
 
 /* The packed inputs of the last executed step (views into engine buffers, valid until the next
  * Run). num_rows == 0 before the first step. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtEngineGetLastStepInputs(const OgaEngine* engine, OgaExtStepInputs* out);
+
+/* A request's committed fixed-state slot (hybrid models). slot -1 = the request owns none. */
+typedef struct OgaExtFixedStateSlot {
+  int32_t slot;
+  uint32_t active_bank;            /* 0 or 1: the bank holding the visible committed state */
+  uint64_t allocation_generation;  /* advanced each time the slot is given to a new owner */
+  uint64_t state_generation;       /* advanced by every commit that publishes the slot's state */
+  uint64_t committed_tokens;       /* tokens baked into the committed state */
+} OgaExtFixedStateSlot;
+OGA_EXPORT OgaResult* OGA_API_CALL OgaExtRequestGetFixedStateSlot(const OgaRequest* request, OgaExtFixedStateSlot* out);
+/* The committed state row of fixed tensor `tensor` of `request`: *data points into the pool's active
+ * bank (valid until the next Run), *size its bytes. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaExtRequestGetFixedStateRow(const OgaRequest* request, size_t tensor,
+                                                                  const void** data, size_t* size);
+/* Benchmarks and tests: 1 = always gather / stage fixed state, never bind bank views directly. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaExtEngineSetFixedStateFallbackOnly(OgaEngine* engine, int32_t fallback_only);
 
 /* Test hook: sets the request's last assigned turn id, so turn-id exhaustion can be exercised.
  * Only for an Unassigned or TurnComplete request without pending events. */

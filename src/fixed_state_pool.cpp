@@ -1,0 +1,274 @@
+#include "fixed_state_pool.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#include "errors.h"
+#include "fault_injector.h"
+#include "request.h"
+
+namespace oga {
+
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+uint8_t* AllocateAligned(size_t bytes) {
+  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* memory = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+  if (memory == nullptr) throw std::bad_alloc();
+  return static_cast<uint8_t*>(memory);
+}
+
+}  // namespace
+
+FixedStatePool::FixedStatePool(const std::vector<size_t>& row_bytes, size_t capacity, size_t max_tokens, bool capture,
+                               FaultInjector* faults)
+    : slots_(capacity), taken_(capacity, 0), max_tokens_(max_tokens), capture_(capture), faults_(faults) {
+  if (row_bytes.empty() || capacity == 0) throw ContractError("a fixed-state pool needs tensors and slots");
+  tensors_.resize(row_bytes.size());
+  try {
+    for (size_t t = 0; t < row_bytes.size(); ++t) {
+      const size_t row = row_bytes[t];
+      if (row == 0) throw ContractError("a fixed state tensor has an empty row");
+      // banks 0 and 1, gather, staging, captures, the zero row: one allocation per tensor.
+      const size_t rows = 4 * capacity + (capture ? max_tokens : 0) + 1;
+      if (rows > std::numeric_limits<size_t>::max() / row) throw std::bad_alloc();
+      uint8_t* memory = AllocateAligned(rows * row);
+      allocations_.push_back(memory);
+      Tensor& tensor = tensors_[t];
+      tensor.row_bytes = row;
+      tensor.banks[0] = memory;
+      tensor.banks[1] = memory + capacity * row;
+      tensor.gather = memory + 2 * capacity * row;
+      tensor.staging = memory + 3 * capacity * row;
+      tensor.captured = capture ? memory + 4 * capacity * row : nullptr;
+      tensor.zero = memory + (rows - 1) * row;
+      std::memset(tensor.zero, 0, row);
+      total_row_bytes_ += row;
+      persistent_bytes_ += (rows - 1) * row;
+    }
+  } catch (...) {
+    for (uint8_t* memory : allocations_) std::free(memory);
+    throw;
+  }
+  rows_.reserve(capacity);
+  inputs_.resize(tensors_.size());
+  outputs_.resize(tensors_.size());
+  captures_.resize(tensors_.size());
+  for (size_t t = 0; t < tensors_.size(); ++t) captures_[t] = tensors_[t].captured;
+}
+
+FixedStatePool::~FixedStatePool() {
+  for (uint8_t* memory : allocations_) std::free(memory);
+}
+
+int32_t FixedStatePool::TakeFreeSlot() {
+  // The lowest free slot keeps residents packed at the bottom, so they tend to form one interval.
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s].owner == nullptr && taken_[s] == 0) return static_cast<int32_t>(s);
+  }
+  return -1;
+}
+
+void FixedStatePool::ReturnProvisional() noexcept {
+  for (const Row& row : rows_) {
+    if (row.slot >= 0) taken_[static_cast<size_t>(row.slot)] = 0;
+  }
+}
+
+void FixedStatePool::Reserve(const StepPlan& plan) {
+  if (!healthy_) throw ContractError("the fixed-state pool is unhealthy after a failed commit preparation");
+  if (reservation_live()) throw ContractError("a fixed-state reservation is already live");
+  if (plan.rows.empty()) throw ContractError("a fixed-state reservation needs at least one row");
+  if (plan.rows.size() > slots_.size()) throw ContractError("the step has more rows than fixed-state slots");
+  rows_.clear();
+  new_slots_ = 0;
+  size_t on_bank[2] = {0, 0};
+  for (const RequestStepPlan& planned : plan.rows) {
+    Row row;
+    row.request = planned.request;
+    const int32_t owned = planned.request->fixed_slot;
+    if (owned >= 0) {
+      if (static_cast<size_t>(owned) >= slots_.size() || slots_[static_cast<size_t>(owned)].owner != planned.request ||
+          taken_[static_cast<size_t>(owned)] != 0) {
+        ReturnProvisional();
+        rows_.clear();
+        throw ContractError("a request's fixed-state slot is not its own, or it is reserved twice");
+      }
+      const FixedStateSlot& slot = slots_[static_cast<size_t>(owned)];
+      row.slot = owned;
+      row.allocation_generation = slot.allocation_generation;
+      row.state_generation = slot.state_generation;
+      row.committed_tokens = slot.committed_tokens;
+      row.active_bank = slot.active_bank;
+      ++on_bank[slot.active_bank];
+    } else {
+      row.slot = TakeFreeSlot();
+      if (row.slot < 0) {
+        ReturnProvisional();
+        rows_.clear();
+        throw ContractError("no free fixed-state slot for a newly admitted request");
+      }
+      row.provisional = true;
+      ++new_slots_;
+    }
+    taken_[static_cast<size_t>(row.slot)] = 1;
+    rows_.push_back(row);
+  }
+  // A free slot has no visible bank: align it with the resident cohort, so that after this step
+  // (every row flips) it sits on the same bank as the residents and the next step can bind directly.
+  const uint8_t cohort = on_bank[1] > on_bank[0] ? 1 : 0;
+  for (Row& row : rows_) {
+    if (!row.provisional) continue;
+    slots_[static_cast<size_t>(row.slot)].active_bank = cohort;
+    row.active_bank = cohort;
+  }
+  direct_ = !fallback_only_ && new_slots_ == 0 && BindDirect();
+  if (!direct_) BindFallback();
+  state_ = State::Reserved;
+}
+
+bool FixedStatePool::BindDirect() {
+  const int32_t first = rows_.front().slot;
+  size_t on_bank[2] = {0, 0};
+  for (size_t r = 0; r < rows_.size(); ++r) {
+    if (rows_[r].slot != first + static_cast<int32_t>(r)) return false;  // not one ascending interval
+    ++on_bank[rows_[r].active_bank];
+  }
+  const uint8_t canonical = on_bank[1] > on_bank[0] ? 1 : 0;
+  // Copy the minority rows' visible state into the canonical bank (their inactive one), then
+  // select it: the same state, now in the interval the model reads.
+  for (Row& row : rows_) {
+    if (row.active_bank == canonical) continue;
+    for (size_t t = 0; t < tensors_.size(); ++t) {
+      std::memcpy(BankRow(t, canonical, static_cast<size_t>(row.slot)),
+                  BankRow(t, row.active_bank, static_cast<size_t>(row.slot)), tensors_[t].row_bytes);
+    }
+    slots_[static_cast<size_t>(row.slot)].active_bank = canonical;
+    row.active_bank = canonical;
+  }
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    inputs_[t] = BankRow(t, canonical, static_cast<size_t>(first));
+    outputs_[t] = BankRow(t, static_cast<uint8_t>(canonical ^ 1), static_cast<size_t>(first));
+  }
+  return true;
+}
+
+void FixedStatePool::BindFallback() {
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    const Tensor& tensor = tensors_[t];
+    for (size_t r = 0; r < rows_.size(); ++r) {
+      const Row& row = rows_[r];
+      const uint8_t* source = row.provisional ? tensor.zero : BankRow(t, row.active_bank, static_cast<size_t>(row.slot));
+      std::memcpy(tensor.gather + r * tensor.row_bytes, source, tensor.row_bytes);
+    }
+    inputs_[t] = tensor.gather;
+    outputs_[t] = tensor.staging;
+  }
+}
+
+void FixedStatePool::ValidateCommit(const StepPlan& plan) const {
+  if (state_ != State::Reserved) throw ContractError("fixed-state commit without a reserved fixed-state reservation");
+  if (plan.rows.size() != rows_.size()) throw ContractError("the fixed-state reservation does not match the plan's rows");
+  for (size_t r = 0; r < rows_.size(); ++r) {
+    const Row& row = rows_[r];
+    const RequestStepPlan& planned = plan.rows[r];
+    if (planned.request != row.request) throw ContractError("a fixed-state row belongs to another request than planned");
+    const FixedStateSlot& slot = slots_[static_cast<size_t>(row.slot)];
+    if (row.provisional) {
+      if (slot.owner != nullptr || row.request->fixed_slot >= 0 || planned.processed_before != 0) {
+        throw ContractError("a provisional fixed-state slot was taken, or its request does not start from zero state");
+      }
+    } else if (slot.owner != row.request || row.request->fixed_slot != row.slot ||
+               slot.allocation_generation != row.allocation_generation ||
+               slot.state_generation != row.state_generation || slot.committed_tokens != row.committed_tokens ||
+               slot.active_bank != row.active_bank) {
+      throw ContractError("a resident fixed-state slot changed since it was reserved");
+    } else if (slot.committed_tokens != planned.processed_before) {
+      throw ContractError("a fixed-state slot's committed tokens differ from the request's committed cache slots");
+    }
+    if (slot.state_generation == std::numeric_limits<uint64_t>::max() ||
+        slot.allocation_generation == std::numeric_limits<uint64_t>::max()) {
+      throw ContractError("a fixed-state generation would overflow");
+    }
+    if (planned.accepted_drafts > planned.draft_count) throw ContractError("more accepted drafts than verified");
+    if (planned.accepted_drafts < planned.draft_count && !capture_) {
+      throw ContractError("a partially accepted draft proposal needs the decoder's per-token fixed state");
+    }
+  }
+}
+
+const uint8_t* FixedStatePool::NewStateSource(size_t tensor, size_t r, const RequestStepPlan& row) const {
+  const Tensor& t = tensors_[tensor];
+  if (row.accepted_drafts < row.draft_count) {
+    // Compact replay: the state after the last accepted token, which the decoder captured.
+    const size_t token = row.packed_offset + row.token_count + row.accepted_drafts - 1;
+    return t.captured + token * t.row_bytes;
+  }
+  return direct_ ? nullptr : t.staging + r * t.row_bytes;
+}
+
+void FixedStatePool::PrepareCommit(const StepPlan& plan) {
+  ValidateCommit(plan);
+  const bool fail = faults_ != nullptr && faults_->Consult(OgaExtFaultPhase_FixedStatePrepare) != OgaExtExecutionStatus_Ok;
+  try {
+    for (size_t r = 0; r < rows_.size(); ++r) {
+      if (fail && r == rows_.size() / 2) throw std::runtime_error("injected fixed-state commit-preparation fault");
+      const Row& row = rows_[r];
+      const uint8_t target_bank = static_cast<uint8_t>(row.active_bank ^ 1);
+      for (size_t t = 0; t < tensors_.size(); ++t) {
+        const uint8_t* source = NewStateSource(t, r, plan.rows[r]);
+        if (source != nullptr) {
+          std::memcpy(BankRow(t, target_bank, static_cast<size_t>(row.slot)), source, tensors_[t].row_bytes);
+        }
+      }
+    }
+  } catch (...) {
+    // The inactive banks may be half written: nothing proves them whole for a retry.
+    healthy_ = false;
+    ReturnProvisional();
+    state_ = State::Failed;
+    throw;
+  }
+  state_ = State::Prepared;
+}
+
+bool FixedStatePool::PublishCommit(const StepPlan& plan) noexcept {
+  if (state_ != State::Prepared || plan.rows.size() != rows_.size()) return false;
+  for (size_t r = 0; r < rows_.size(); ++r) {
+    const Row& row = rows_[r];
+    FixedStateSlot& slot = slots_[static_cast<size_t>(row.slot)];
+    if (row.provisional) {
+      slot.owner = row.request;
+      ++slot.allocation_generation;
+      row.request->fixed_slot = row.slot;
+    }
+    slot.active_bank ^= 1;
+    ++slot.state_generation;
+    slot.committed_tokens = plan.rows[r].processed_before + plan.rows[r].committed_tokens();
+    taken_[static_cast<size_t>(row.slot)] = 0;
+  }
+  state_ = State::Idle;
+  return true;
+}
+
+void FixedStatePool::Discard() noexcept {
+  if (state_ != State::Reserved && state_ != State::Prepared) return;
+  ReturnProvisional();
+  state_ = State::Idle;
+}
+
+void FixedStatePool::Release(Request& request) noexcept {
+  if (request.fixed_slot < 0) return;
+  FixedStateSlot& slot = slots_[static_cast<size_t>(request.fixed_slot)];
+  slot.owner = nullptr;
+  slot.committed_tokens = 0;
+  request.fixed_slot = -1;
+}
+
+}  // namespace oga

@@ -1,0 +1,326 @@
+"""Hybrid models on the engine (seed "Fixed request-state pools", reference E.5): the FixedStatePool,
+the composite paged + fixed transaction, HybridDecoderIO's bindings and events in scheduler order.
+
+The built-in test executor is a hybrid decoder when the config declares fixed groups: it checks
+every row's fixed input against the row's token history (a stale bank, a wrong slot, a missing
+zero row or a misordered row fails the step fatally) and writes the new state. Token streams must
+equal the greedy oracle of tests/helpers.py (the same stream a request gets alone), and the
+committed rows must hold the state the oracle computes independently."""
+import random
+import struct
+
+import pytest
+
+import oga as og
+import oga.testing as ogt
+from helpers import (E_CONTRACT, E_EXECUTION, FAILED, GOLDEN, MASK64, R_FAILED, STATE_INIT, TOKEN, TURN_FINISHED,
+                     Job, OracleSequence, Turn, drive, expected_workload, key, mix64, next_state, prompt_without_eos,
+                     run_once, run_workload, turn_options)
+
+# paged_kv [2], fixed_conv [0, 1], fixed_recurrent [1]: three fixed tensors
+HYBRID = ([2], [0, 1], [1])
+TENSORS = 3
+
+
+def hybrid_cfg(**cfg):
+    cfg.setdefault("hybrid", HYBRID)
+    cfg.setdefault("fixed_state_row_words", 3)
+    return cfg
+
+
+def expected_row(tokens, tensor, words=3):
+    """The test executor's fixed row of `tensor` after `tokens` (module docstring of
+    src/test_executor.cpp), computed from the oracle's state chain."""
+    if not tokens:
+        return bytes(8 * words)
+    state = STATE_INIT
+    for position, token in enumerate(tokens):
+        state = next_state(state, token, position)
+    w0 = mix64((state + (tensor + 1) * GOLDEN) & MASK64)
+    return struct.pack(f"<{words}Q", w0, len(tokens), *[w0 ^ k for k in range(2, words)])
+
+
+def test_hybrid_model_runs_and_commits_the_state_the_oracle_computes():
+    model = ogt.create_test_model(**hybrid_cfg())
+    engine = og.Engine(model)
+    prompt = prompt_without_eos(6)
+    request = engine.create_request()
+    request.begin_turn(prompt, turn_options(request, max_gen=6))
+    events = drive(engine)
+    tokens = [e.token for e in events if e.flags & TOKEN]
+    assert tokens == OracleSequence().turn(prompt, max_gen=6)[0]
+    slot = ogt.fixed_state_slot(request)
+    # The final token is sampled, never processed: the state holds prompt + 5 generated tokens.
+    history = prompt + tokens[:-1]
+    assert slot["slot"] == 0 and slot["committed_tokens"] == len(history)
+    assert slot["state_generation"] == ogt.engine_counters(engine)["committed_steps"]
+    for t in range(TENSORS):
+        assert ogt.fixed_state_row(request, t) == expected_row(history, t)
+    with pytest.raises(RuntimeError, match="out of range"):
+        ogt.fixed_state_row(request, TENSORS)
+
+
+def random_jobs(rng, count):
+    jobs = []
+    for j in range(count):
+        turns = [Turn([rng.randrange(2, 64) for _ in range(rng.randrange(1, 14))], max_gen=rng.randrange(1, 9))
+                 for _ in range(rng.randrange(1, 4))]
+        jobs.append(Job(turns, start_run=rng.randrange(0, 30)))
+    return jobs
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("fallback_only", [False, True])
+def test_continuous_batching_equals_each_request_alone(seed, fallback_only):
+    """Admissions, departures, chunked prefills, continuations and slot reuse (more jobs than slots):
+    every stream equals the greedy oracle, and the executor accepted every fixed input."""
+    rng = random.Random(seed)
+    cfg = hybrid_cfg(max_batch_size=4, max_scheduled_tokens=rng.choice([6, 16, 64]), num_blocks=64)
+    jobs = random_jobs(rng, 10)
+    setup = (lambda engine: ogt.set_fixed_state_fallback_only(engine, True)) if fallback_only else None
+    result = run_workload(cfg, jobs, setup=setup)
+    assert result.per_job == expected_workload(jobs, cfg)
+    assert (result.counters["fixed_state_direct_steps"] > 0) != fallback_only
+    assert result.counters["fixed_state_fallback_steps"] > 0
+
+
+def test_resident_rows_execute_in_slot_order_but_events_keep_scheduler_order():
+    model = ogt.create_test_model(**hybrid_cfg())
+    engine = og.Engine(model)
+    buffer = engine.create_event_buffer(64)
+    prompts = [prompt_without_eos(40, offset=i) for i in range(4)]
+    a, b, c = (engine.create_request() for _ in range(3))
+    for r, p in zip((a, b, c), prompts):
+        r.begin_turn(p, turn_options(r, max_gen=30))
+    run_once(engine, buffer)  # one prefill step admits all three: slots 0, 1, 2
+    assert [ogt.fixed_state_slot(r)["slot"] for r in (a, b, c)] == [0, 1, 2]
+    a.close()
+    assert ogt.fixed_state_slot(a)["slot"] == -1
+    d = engine.create_request()
+    d.begin_turn(prompts[3], turn_options(d, max_gen=30))
+    run_once(engine, buffer)  # b, c decode beside d's prefill (fallback: an admission)
+    assert ogt.fixed_state_slot(d)["slot"] == 0  # the lowest free slot
+    assert ogt.fixed_state_slot(d)["allocation_generation"] == 2  # a's slot, a new owner
+    assert not ogt.last_step_inputs(engine)["fixed_state_direct"]
+    events = run_once(engine, buffer)  # all resident, slots 0..2: one direct interval
+    inputs = ogt.last_step_inputs(engine)
+    assert inputs["fixed_state_direct"] and inputs["num_fixed_states"] == TENSORS
+    # Executed in slot order d, b, c; events in the scheduler's (admission) order b, c, d.
+    assert list(inputs["past_sequence_lengths"]) == [len(prompts[3]), len(prompts[1]) + 1, len(prompts[2]) + 1]
+    assert [e.request for e in events] == [b, c, d]
+    drive(engine)
+    oracle = [OracleSequence().turn(p, max_gen=30)[0] for p in prompts]
+    for r, p, expected in ((b, prompts[1], oracle[1]), (c, prompts[2], oracle[2]), (d, prompts[3], oracle[3])):
+        slot = ogt.fixed_state_slot(r)
+        assert slot["committed_tokens"] == len(p) + len(expected) - 1
+
+
+def test_minority_banks_are_normalized_and_bound_directly():
+    """A request that sat out steps (turn complete) is on the other bank than its neighbour when it
+    continues; the pool copies it into the majority bank and still binds the interval directly."""
+    model = ogt.create_test_model(**hybrid_cfg())
+    engine = og.Engine(model)
+    buffer = engine.create_event_buffer(64)
+    pa, pb = prompt_without_eos(12), prompt_without_eos(12, offset=1)
+    a, b = engine.create_request(), engine.create_request()
+    a.begin_turn(pa, turn_options(a, max_gen=2))
+    b.begin_turn(pb, turn_options(b, max_gen=7))
+    drive(engine, buffer)
+    # a stopped flipping after 2 committed steps, b after 7: their states sit on different banks.
+    assert [ogt.fixed_state_slot(r)["state_generation"] for r in (a, b)] == [2, 7]
+    assert ogt.fixed_state_slot(a)["active_bank"] != ogt.fixed_state_slot(b)["active_bank"]
+    a_before = [ogt.fixed_state_row(a, t) for t in range(TENSORS)]
+    a.begin_turn([5, 6], turn_options(a, max_gen=3))
+    b.begin_turn([7], turn_options(b, max_gen=3))
+    run_once(engine, buffer)
+    assert ogt.last_step_inputs(engine)["fixed_state_direct"]
+    assert ogt.fixed_state_slot(a)["active_bank"] == ogt.fixed_state_slot(b)["active_bank"]
+    drive(engine, buffer)
+    seq_a, seq_b = OracleSequence(), OracleSequence()
+    ta, _ = seq_a.turn(pa, max_gen=2)
+    tb, _ = seq_b.turn(pb, max_gen=7)
+    assert a_before == [expected_row(pa + ta[:-1], t) for t in range(TENSORS)]
+    ta2, _ = seq_a.turn([5, 6], max_gen=3)
+    tb2, _ = seq_b.turn([7], max_gen=3)
+    for r, seq, last in ((a, seq_a, ta2), (b, seq_b, tb2)):
+        history = seq.tokens[:-1]
+        assert [ogt.fixed_state_row(r, t) for t in range(TENSORS)] == [expected_row(history, t) for t in range(TENSORS)]
+
+
+def snapshot(requests):
+    return [(ogt.fixed_state_slot(r), [ogt.fixed_state_row(r, t) for t in range(TENSORS)]) for r in requests]
+
+
+@pytest.mark.parametrize("phase,kind,flag", [
+    ("execute", "retryable", "retryable"),
+    ("execute", "capacity", "capacity"),
+    ("sample", "retryable", "retryable"),
+])
+def test_retryable_failures_leave_every_active_bank_and_generation_untouched(phase, kind, flag):
+    model = ogt.create_test_model(**hybrid_cfg())
+    engine = og.Engine(model)
+    buffer = engine.create_event_buffer(64)
+    prompts = [prompt_without_eos(10, offset=i) for i in range(3)]
+    requests = [engine.create_request() for _ in prompts]
+    for r, p in zip(requests[:2], prompts):
+        r.begin_turn(p, turn_options(r, max_gen=10))
+    run_once(engine, buffer)
+    run_once(engine, buffer)
+    requests[2].begin_turn(prompts[2], turn_options(requests[2], max_gen=10))  # an admission in the failing step
+    before = snapshot(requests[:2])
+    ogt.inject_fault(model, phase, kind)
+    events = run_once(engine, buffer)
+    assert len(events) == 1 and events[0].request is None
+    assert snapshot(requests[:2]) == before
+    assert ogt.fixed_state_slot(requests[2])["slot"] == -1  # the provisional slot went back
+    assert ogt.engine_counters(engine)["rolled_back_steps"] == 1
+    # Direct steps too: fail one after the admission committed.
+    run_once(engine, buffer)
+    run_once(engine, buffer)
+    before = snapshot(requests)
+    ogt.inject_fault(model, phase, kind)
+    run_once(engine, buffer)
+    assert snapshot(requests) == before
+    events = drive(engine, buffer)
+    streams = {id(r): [] for r in requests}
+    for r, p in zip(requests, prompts):
+        streams[id(r)] = OracleSequence().turn(p, max_gen=10)[0]
+    assert ogt.engine_counters(engine)["fixed_state_direct_steps"] > 0
+    for r in requests:
+        assert ogt.fixed_state_slot(r)["committed_tokens"] == len(prompts[requests.index(r)]) + 9
+
+
+@pytest.mark.parametrize("phase,code", [
+    ("fixed_state_prepare", E_EXECUTION),
+    ("commit_prepare", E_CONTRACT),
+    ("reserve", E_CONTRACT),
+])
+def test_a_failed_fixed_state_preparation_poisons_the_engine_with_committed_state_intact(phase, code):
+    model = ogt.create_test_model(**hybrid_cfg())
+    engine = og.Engine(model)
+    buffer = engine.create_event_buffer(64)
+    prompts = [prompt_without_eos(10, offset=i) for i in range(4)]
+    requests = [engine.create_request() for _ in prompts]
+    for r, p in zip(requests, prompts):
+        r.begin_turn(p, turn_options(r, max_gen=10))
+    run_once(engine, buffer)
+    before = snapshot(requests)
+    ogt.inject_fault(model, phase)
+    events = run_once(engine, buffer)
+    assert [e.request for e in events] == requests
+    assert all(e.flags & FAILED and e.flags & TURN_FINISHED and e.error_code == code for e in events)
+    assert snapshot(requests) == before  # every active bank, generation and boundary intact
+    with pytest.raises(RuntimeError, match="no longer healthy"):
+        engine.run(buffer)
+
+
+def test_close_and_abandonment_release_the_slot_for_a_new_owner():
+    import gc
+
+    model = ogt.create_test_model(**hybrid_cfg(max_batch_size=2))
+    engine = og.Engine(model)
+    buffer = engine.create_event_buffer(64)
+    a, b = engine.create_request(), engine.create_request()
+    a.begin_turn([3, 4, 5], turn_options(a, max_gen=2))
+    b.begin_turn([6, 7], turn_options(b, max_gen=2))
+    drive(engine, buffer)
+    assert sorted(ogt.fixed_state_slot(r)["slot"] for r in (a, b)) == [0, 1]
+    slot_b = ogt.fixed_state_slot(b)["slot"]
+    a.close()
+    del b
+    gc.collect()
+    c, d = engine.create_request(), engine.create_request()
+    c.begin_turn([8, 9], turn_options(c, max_gen=3))
+    d.begin_turn([10, 11, 12], turn_options(d, max_gen=3))
+    events = drive(engine, buffer)
+    assert sorted(ogt.fixed_state_slot(r)["slot"] for r in (c, d)) == [0, 1]
+    assert all(ogt.fixed_state_slot(r)["allocation_generation"] == 2 for r in (c, d))
+    assert [e.token for e in events if e.request is c and e.flags & TOKEN] == OracleSequence().turn([8, 9], 3)[0]
+    assert slot_b in (0, 1)
+
+
+def test_rewind_releases_the_slot_and_the_next_turn_starts_from_zero_state():
+    model = ogt.create_test_model(**hybrid_cfg())
+    engine = og.Engine(model)
+    request = engine.create_request()
+    p1, p2 = prompt_without_eos(5), [9, 10, 11]
+    request.begin_turn(p1, turn_options(request, max_gen=4))
+    drive(engine)
+    request.begin_turn(p2, turn_options(request, max_gen=4))
+    drive(engine)
+    request.rewind_to_start_of_turn(2)
+    assert ogt.fixed_state_slot(request)["slot"] == -1
+    p3 = [12, 13]
+    request.begin_turn(p3, turn_options(request, max_gen=4))
+    events = drive(engine)
+    seq = OracleSequence()
+    t1, _ = seq.turn(p1, max_gen=4)
+    t3, _ = seq.turn(p3, max_gen=4)
+    assert [e.token for e in events if e.flags & TOKEN] == t3
+    history = seq.tokens[:-1]
+    assert [ogt.fixed_state_row(request, t) for t in range(TENSORS)] == [expected_row(history, t) for t in range(TENSORS)]
+
+
+def test_drafts_need_the_decoders_per_token_state():
+    engine = og.Engine(ogt.create_test_model(**hybrid_cfg(per_token_logits=True)))
+    assert engine.max_draft_tokens_per_proposal() == 0
+    engine = og.Engine(ogt.create_test_model(**hybrid_cfg(per_token_logits=True, fixed_state_capture=True)))
+    assert engine.max_draft_tokens_per_proposal() == 7
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_partially_accepted_drafts_replay_the_accepted_state(seed):
+    """Proposals that are right for a random prefix, then wrong: the commit keeps the state after the
+    last accepted token (compact replay from the captured per-token state), which the next step's
+    fixed input check and the final rows prove."""
+    rng = random.Random(seed)
+    model = ogt.create_test_model(**hybrid_cfg(per_token_logits=True, fixed_state_capture=True,
+                                               max_batch_size=4))
+    engine = og.Engine(model)
+    buffer = engine.create_event_buffer(64)
+    prompts = [prompt_without_eos(30, offset=i) for i in range(3)]
+    oracle = [OracleSequence().turn(p, max_gen=30)[0] for p in prompts]
+    requests = [engine.create_request() for _ in prompts]
+    for r, p in zip(requests, prompts):
+        r.begin_turn(p, turn_options(r, max_gen=30))
+    streams = [[] for _ in prompts]
+    partial = 0
+    while engine.has_pending_requests():
+        for i, r in enumerate(requests):
+            done = len(streams[i])
+            if 0 < done < 30:
+                want = oracle[i][done:done + rng.randrange(1, 6)]
+                keep = rng.randrange(0, len(want) + 1)
+                drafts = want[:keep] + [(t % 60) + 2 if t != (t % 60) + 2 else 3 for t in want[keep:]]
+                partial += keep < len(want)
+                r.set_draft_tokens(drafts)
+        for e in run_once(engine, buffer):
+            if e.flags & TOKEN:
+                streams[requests.index(e.request)].append(e.token)
+    assert streams == oracle
+    assert partial > 0
+    for r, p, tokens in zip(requests, prompts, oracle):
+        history = p + tokens[:-1]
+        assert [ogt.fixed_state_row(r, t) for t in range(TENSORS)] == [expected_row(history, t) for t in range(TENSORS)]
+
+
+def test_prefix_caching_is_off_for_hybrid_models_and_refused_when_asked_for():
+    model = ogt.create_test_model(**hybrid_cfg(prefix_caching=None))  # key omitted: on for paged models
+    engine = og.Engine(model)
+    prompt = list(range(2, 14))
+    usage = []
+    for _ in range(2):
+        r = engine.create_request()
+        r.begin_turn(prompt, turn_options(r, max_gen=1))
+        usage += [e.usage for e in drive(engine) if e.flags & TURN_FINISHED]
+    assert [u[2] for u in usage] == [0, 0]  # nothing adopted: cached blocks carry no fixed state
+    with pytest.raises(RuntimeError, match="Prefix caching does not yet support fixed decoder state groups"):
+        og.Engine(ogt.create_test_model(**hybrid_cfg(prefix_caching=True)))
+
+
+def test_fallback_only_is_rejected_for_models_without_fixed_state():
+    engine = og.Engine(ogt.create_test_model())
+    with pytest.raises(RuntimeError, match="no fixed decoder state"):
+        ogt.set_fixed_state_fallback_only(engine, True)
+    request = engine.create_request()
+    assert ogt.fixed_state_slot(request)["slot"] == -1
