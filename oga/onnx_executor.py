@@ -21,10 +21,21 @@ exposes them as `fixed_states` (FixedStateTensor, in group then layer order). Th
 state memory: OnnxEngineExecutor.execute takes `fixed_state`, one (input address, output address)
 pair per fixed tensor, each [num_rows, *row_shape] contiguous, and binds them by address.
 
+Per-token fixed state capture (draft verification): when only a prefix of a row's draft tokens is
+accepted, the engine must commit the state after the last accepted token, not the one after the
+row's last packed token. oga's convention: a decoder may give every fixed state output X a
+companion output named X + ".per_token" (e.g. present.0.conv_state.per_token) of X's dtype and
+shape [num_tokens, *row_shape], row i holding the state of token i's row after token i. OnnxDecoder
+accepts it only for every fixed tensor or none (ModelLoadError otherwise), records the name as
+FixedStateTensor.capture_name and sets `fixed_state_capture`; execute's `fixed_state` entries are
+then (input, output, capture) address triples, the capture [num_tokens, *row_shape] contiguous
+memory overlapping neither the input nor the output.
+
 The Cython trampolines in _core.pyx call `load_decoder` (at OgaCreateModel) and the methods of
 `OnnxDecoder` / `OnnxEngineExecutor` (at engine creation and at every step).
 """
 import ctypes
+import dataclasses
 import json
 import os
 import time
@@ -57,6 +68,9 @@ class ModelLoadError(RuntimeError):
     pass
 
 
+# fixed state output X -> X + CAPTURE_SUFFIX: its per-token capture output (see the module docstring)
+CAPTURE_SUFFIX = ".per_token"
+
 # kind -> (inputs key, OGA's default input template, outputs key, default output template)
 FIXED_STATE_KINDS = {
     "fixed_conv": ("past_conv_names", "past_key_values.%d.conv_state", "present_conv_names", "present.%d.conv_state"),
@@ -75,6 +89,8 @@ class FixedStateTensor:
     dtype: type               # numpy scalar type
     row_shape: tuple          # static non-batch dimensions
     row_bytes: int            # bytes of one row
+    capture_name: str | None = None   # graph output of the state after every packed token
+                                      # ([num_tokens, *row_shape]), None when the decoder has none
 
 
 def classify_failure(error):
@@ -153,6 +169,7 @@ class OnnxDecoder:
         self.static = not n["block_size"]
         self.fixed_states = ()
         self.fixed_state_row_bytes = 0
+        self.fixed_state_capture = False
         if self.static:
             if any(isinstance(g, dict) and g.get("kind") in FIXED_STATE_KINDS
                    for g in self.decoder_config.get("state_groups") or []):
@@ -220,15 +237,48 @@ class OnnxDecoder:
                     raise ModelLoadError(f"{self.path}: {kind} layer {layer} is outside the decoder layers "
                                          f"[0, {layers}).")
                 tensors.append(self._fixed_tensor(kind, layer, templates[0] % layer, templates[1] % layer))
+        tensors = self._fixed_captures(tensors)
         seen = {}
         for t in tensors:
-            for name in (t.input_name, t.output_name):
+            for name in (t.input_name, t.output_name) + ((t.capture_name,) if t.capture_name else ()):
                 if name in seen:
                     raise ModelLoadError(f"{self.path}: fixed state tensor '{name}' is named by two bindings "
                                          f"({seen[name]} and {t.kind} layer {t.layer}).")
                 seen[name] = f"{t.kind} layer {t.layer}"
         self.fixed_states = tuple(tensors)
         self.fixed_state_row_bytes = sum(t.row_bytes for t in tensors)
+
+    def _fixed_captures(self, tensors):
+        """The per-token capture outputs (X.per_token beside each fixed output X): all validated and
+        recorded in capture_name, or none; sets fixed_state_capture."""
+        have = [t.output_name + CAPTURE_SUFFIX in self.outputs for t in tensors]
+        if not any(have):
+            return tensors
+        if not all(have):
+            missing = [t.output_name + CAPTURE_SUFFIX for t, h in zip(tensors, have) if not h]
+            present = [t.output_name + CAPTURE_SUFFIX for t, h in zip(tensors, have) if h]
+            raise ModelLoadError(f"{self.path}: the graph captures per-token fixed state for some tensors "
+                                 f"({', '.join(present)}) but has no output {', '.join(repr(m) for m in missing)}; "
+                                 "a decoder outputs the per-token state of every fixed tensor or of none.")
+        captured = []
+        for t in tensors:
+            name = t.output_name + CAPTURE_SUFFIX
+            out = self.outputs[name]
+            input_type = self.inputs[t.input_name].type
+            if out.type != input_type:
+                self._fail(name, f"the type of '{t.output_name}' ({input_type})", f"has type {out.type}")
+            dims = ", ".join(str(d) for d in t.row_shape)
+            expected = f"[num_tokens, {dims}] (the per-token states of '{t.output_name}')"
+            if len(out.shape) != 1 + len(t.row_shape):
+                self._fail(name, expected, f"has shape {out.shape}")
+            if isinstance(out.shape[0], int):
+                self._fail(name, expected + " with a dynamic axis 0 (one row per packed token)",
+                           f"has shape {out.shape}")
+            if tuple(out.shape[1:]) != t.row_shape:
+                self._fail(name, expected, f"has shape {out.shape}")
+            captured.append(dataclasses.replace(t, capture_name=name))
+        self.fixed_state_capture = True
+        return captured
 
     def _fixed_tensor(self, kind, layer, input_name, output_name):
         where = f"{kind} layer {layer}"
@@ -389,6 +439,8 @@ class OnnxEngineExecutor:
         self.vocab = n["vocab_size"]
         # the decoder's FixedStateTensor list (empty without fixed state); execute binds them
         self.fixed_states = decoder.fixed_states
+        # whether execute also binds each fixed tensor's per-token capture (draft verification)
+        self.fixed_state_capture = decoder.fixed_state_capture
         shape = (geometry["num_blocks"],) + tuple(decoder.cache_geometry)
         ring_shape = (geometry.get("window_blocks", 0),) + tuple(decoder.cache_geometry)
         self.caches = []
@@ -418,35 +470,63 @@ class OnnxEngineExecutor:
             self.binding.bind_input(name, "cpu", 0, dtype, shape, address)
             self._bound[name] = key
 
-    def _bind_fixed_state(self, num_rows, fixed_state):
-        """Binds each fixed tensor's (input, output) addresses for `num_rows` rows; returns an error
-        message or ""."""
+    def _bind_fixed_state(self, num_rows, num_tokens, fixed_state):
+        """Binds each fixed tensor's (input, output[, capture]) addresses for `num_rows` rows and
+        `num_tokens` packed tokens; returns an error message or ""."""
         tensors = self.decoder.fixed_states
         if not tensors:
             if fixed_state:
                 return "the step passes fixed_state, but the decoder has no fixed state tensors"
             return ""
+        capture = self.decoder.fixed_state_capture
+        what = "(input, output, capture) address triples" if capture else "(input, output) address pairs"
         if fixed_state is None or len(fixed_state) != len(tensors):
             return (f"the decoder has {len(tensors)} fixed state tensors "
                     f"({', '.join(t.input_name for t in tensors)}), but the step passes "
-                    f"{0 if fixed_state is None else len(fixed_state)} (input, output) address pairs")
-        for tensor, pair in zip(tensors, fixed_state):
+                    f"{0 if fixed_state is None else len(fixed_state)} {what}")
+        for tensor, entry in zip(tensors, fixed_state):
             try:
-                source, target = (int(a) for a in pair)
+                addresses = tuple(int(a) for a in entry)
             except (TypeError, ValueError):
-                return f"fixed state '{tensor.input_name}': expected an (input address, output address) pair"
+                addresses = ()
+            if len(addresses) not in (2, 3):
+                return (f"fixed state '{tensor.input_name}': expected an (input address, output address) pair "
+                        "or an (input, output, capture) triple")
+            source, target = addresses[:2]
+            snapshot = addresses[2] if len(addresses) == 3 else 0
             if not source or not target:
                 return f"fixed state '{tensor.input_name}': a null address"
+            if capture and not snapshot:
+                return (f"fixed state '{tensor.input_name}': the decoder writes every packed token's state to "
+                        f"'{tensor.capture_name}', but the step passes no capture address")
+            if snapshot and not capture:
+                return (f"fixed state '{tensor.input_name}': the step passes a capture address, but the decoder "
+                        f"has no per-token state output ('{tensor.output_name}{CAPTURE_SUFFIX}')")
             size = num_rows * tensor.row_bytes
             if source < target + size and target < source + size:
                 return (f"fixed state '{tensor.input_name}': the output '{tensor.output_name}' overlaps the input "
                         "(a step must not write over the state it reads)")
+            if capture:
+                captured = num_tokens * tensor.row_bytes
+                for name, address in ((tensor.input_name, source), (tensor.output_name, target)):
+                    # the input is still being read while captures are written, and two outputs
+                    # sharing memory would leave either one's rows undefined
+                    if snapshot < address + size and address < snapshot + captured:
+                        return (f"fixed state '{tensor.input_name}': the capture '{tensor.capture_name}' overlaps "
+                                f"'{name}'")
             shape = (num_rows,) + tensor.row_shape
             self._bind_input(tensor.input_name, tensor.dtype, shape, source)
             key = ("fixed", target, shape)
             if self._bound.get(tensor.output_name) != key:
                 self.binding.bind_output(tensor.output_name, "cpu", 0, tensor.dtype, shape, target)
                 self._bound[tensor.output_name] = key
+            if capture:
+                # one row per packed token: rebound whenever the address or the token count changes
+                shape = (num_tokens,) + tensor.row_shape
+                key = ("capture", snapshot, shape)
+                if self._bound.get(tensor.capture_name) != key:
+                    self.binding.bind_output(tensor.capture_name, "cpu", 0, tensor.dtype, shape, snapshot)
+                    self._bound[tensor.capture_name] = key
         return ""
 
     def execute(self, num_rows, num_tokens, input_ids, position_ids, cumulative, past, block_table, columns,
@@ -455,10 +535,13 @@ class OnnxEngineExecutor:
         `fixed_state`: for a decoder with fixed state tensors, one (input address, output address)
         pair per entry of decoder.fixed_states, in that order, each [num_rows, *row_shape]
         contiguous memory of the tensor's dtype, row r being packed row r; the input and output
-        must not overlap. Returns (status, message, logits address, rows)."""
+        must not overlap. When decoder.fixed_state_capture, each entry is an (input, output,
+        capture) triple instead, the capture [num_tokens, *row_shape] memory (row t = the state
+        after packed token t) overlapping neither; otherwise a third address, if given, must be 0.
+        Returns (status, message, logits address, rows)."""
         n = self.names
         bind = self._bind_input
-        error = self._bind_fixed_state(num_rows, fixed_state)
+        error = self._bind_fixed_state(num_rows, num_tokens, fixed_state)
         if error:
             return STATUS_FATAL, error, 0, 0
         bind(n["input_ids"], np.int64, (num_tokens,), input_ids)

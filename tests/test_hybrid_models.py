@@ -6,7 +6,9 @@ accept fixed state groups yet).
 The test plays the engine's FixedStatePool: each sequence owns its committed state (zeros when
 new); a step gathers the scheduled rows' states, in row order, into one contiguous input buffer
 per fixed tensor, binds a distinct output buffer, and after the run takes each row's output as
-that sequence's new committed state.
+that sequence's new committed state. With a per-token capture decoder (per_token_logits, the
+`present.*.per_token` outputs) it also binds one persistent capture buffer per fixed tensor and keeps
+each step's captured per-token states, as the engine's draft verification does.
 """
 import json
 import os
@@ -50,6 +52,14 @@ class HybridSteps:
         self.free = [int(b) for b in np.random.default_rng(seed).permutation(num_blocks)]
         self.blocks, self.length = {}, {}
         self.states = {}   # sequence -> [committed state per fixed tensor]
+        # capture decoders: one [max_scheduled_tokens, *row] buffer per fixed tensor, reused by every
+        # step at the same address (so the executor must rebind it when the token count changes)
+        self.captures = None
+        if self.decoder.fixed_state_capture:
+            self.captures = [np.zeros((self.geometry["max_scheduled_tokens"],) + t.row_shape, t.dtype)
+                             for t in self.decoder.fixed_states]
+        self.captured = None   # the last step's per-token states: [num_tokens, *row] per fixed tensor
+        self.presents = None   # the last step's outputs: [num_rows, *row] per fixed tensor
 
     def state(self, name):
         return self.states.setdefault(name, [np.zeros(t.row_shape, t.dtype) for t in self.decoder.fixed_states])
@@ -88,10 +98,19 @@ class HybridSteps:
         ins = [np.ascontiguousarray(np.stack([self.state(name)[j] for name, _ in rows]))
                for j in range(len(self.decoder.fixed_states))]
         outs = [np.full_like(x, np.nan) for x in ins]
-        status, message, address, count = self.run(
-            rows, arrays, columns, [(i.ctypes.data, o.ctypes.data) for i, o in zip(ins, outs)])
+        entries = [(i.ctypes.data, o.ctypes.data) for i, o in zip(ins, outs)]
+        if self.captures is not None:
+            for c in self.captures:
+                c.fill(np.nan)
+            entries = [e + (c.ctypes.data,) for e, c in zip(entries, self.captures)]
+        status, message, address, count = self.run(rows, arrays, columns, entries)
         assert status == onnx_executor.STATUS_OK, message
         assert address == self.executor.logits.ctypes.data
+        self.presents = [o.copy() for o in outs]
+        if self.captures is not None:
+            num_tokens = len(arrays["input_ids"])
+            self.captured = [c[:num_tokens].copy() for c in self.captures]
+            assert all(np.isnan(c[num_tokens:]).all() for c in self.captures)   # bound at num_tokens rows
         for name, tokens in rows:
             self.length[name] = self.length.get(name, 0) + len(tokens)
         for r, (name, _) in enumerate(rows):
@@ -394,3 +413,226 @@ def test_load_errors_name_the_fixed_state_tensor(hybrid_dirs, tmp_path):
     names["config_json"] = json.dumps(config)
     with pytest.raises(onnx_executor.ModelLoadError, match="no input 'conv.0.state'"):
         onnx_executor.load_decoder(names)
+
+
+# --------------------------------------------------------------------------------------------
+# Per-token fixed-state capture (draft verification, "compact replay")
+
+@pytest.fixture(scope="module")
+def capture_dirs(tmp_path_factory):
+    """The hybrid_dirs specs built with per_token_logits, which turns state_capture on."""
+    out = {}
+    for name, spec in (
+            ("crca", hybrid_spec()),
+            ("mixed5", hybrid_spec(["recurrent", "conv", "attention", "conv", "recurrent"], conv_kernel=3,
+                                   num_kv_heads=1, tie_word_embeddings=True))):
+        path = tmp_path_factory.mktemp(name + "_capture")
+        build(None, str(path), random_spec=spec, block_size=BLOCK, max_batch_size=6, max_scheduled_tokens=128,
+              per_token_logits=True, seed=11)
+        out[name] = (str(path), spec)
+    return out
+
+
+@pytest.mark.parametrize("name", ["crca", "mixed5"])
+def test_captured_per_token_states_match_the_reference(capture_dirs, name):
+    """Multi-token rows, new and continuing (nonzero initial state), in changing order: every captured
+    token's state is the reference's state after that token, and a row's last one is its present."""
+    model_dir, spec = capture_dirs[name]
+    loaded = random_model(spec, seed=11)
+    runner = HybridSteps(model_dir)
+    assert runner.decoder.per_token_logits and runner.decoder.fixed_state_capture
+    tensors = runner.decoder.fixed_states
+    rng = np.random.default_rng(7)
+    steps = [
+        [("a", _tokens(rng, 6)), ("b", _tokens(rng, 1)), ("c", _tokens(rng, 4))],
+        [("c", _tokens(rng, 5)), ("a", _tokens(rng, 3)), ("d", _tokens(rng, 2)), ("b", _tokens(rng, 1))],
+        [("b", _tokens(rng, 7)), ("a", _tokens(rng, 1)), ("d", _tokens(rng, 4)), ("c", _tokens(rng, 2))],
+    ]
+    refs = {}
+    worst = 0.0
+    for number, rows in enumerate(steps):
+        if number:                           # continuing rows start from a nonzero committed state
+            assert all(np.abs(s).max() > 0 for seq, _ in rows if seq in runner.states for s in runner.states[seq])
+        got = runner.step(rows)
+        assert got.shape[0] == sum(len(t) for _, t in rows)
+        start = 0
+        for r, (seq, tokens) in enumerate(rows):
+            ref = refs.setdefault(seq, Reference(loaded))
+            np.testing.assert_allclose(got[start:start + len(tokens)], ref.step(tokens), atol=TOL)
+            per_token = ref.token_states()
+            for t, captured, present in zip(tensors, runner.captured, runner.presents):
+                mine = captured[start:start + len(tokens)]
+                assert mine.shape == (len(tokens),) + t.row_shape
+                worst = max(worst, float(np.abs(mine - per_token[t.layer]).max()))
+                np.testing.assert_allclose(mine, per_token[t.layer], atol=1e-4, rtol=1e-4)
+                if t.kind == "fixed_conv":   # the same gathered inputs
+                    np.testing.assert_array_equal(mine[-1], present[r])
+                else:
+                    np.testing.assert_allclose(mine[-1], present[r], atol=1e-5, rtol=1e-5)
+            start += len(tokens)
+    print(f"{name}: worst |captured state - reference| {worst:.2e}")
+
+
+def test_a_captured_state_replays_an_accepted_draft_prefix(capture_dirs):
+    """Verify 4 drafts in one row, accept 2: committing the capture of the 2nd drafted token (not
+    present) continues the sequence exactly as if only the accepted prefix had been fed."""
+    model_dir, spec = capture_dirs["crca"]
+    loaded = random_model(spec, seed=11)
+    rng = np.random.default_rng(13)
+    prompt, drafts, nxt, other = _tokens(rng, 6), _tokens(rng, 4), _tokens(rng, 1), _tokens(rng, 5)
+    runner = HybridSteps(model_dir)
+    runner.step([("a", prompt), ("b", other)])
+    runner.step([("b", _tokens(rng, 1)), ("a", drafts)])
+    accepted = 2
+    start = 1                                # a's tokens follow b's one token
+    runner.states["a"] = [c[start + accepted - 1].copy() for c in runner.captured]
+    runner.length["a"] = len(prompt) + accepted   # the rejected drafts' positions are written over
+    got = runner.step([("a", nxt)])
+    np.testing.assert_allclose(got[-1], Reference(loaded).step(prompt + drafts[:accepted] + nxt)[-1], atol=TOL)
+
+
+def test_capture_decoder_exposes_the_capture_outputs(capture_dirs, hybrid_dirs):
+    model_dir, _ = capture_dirs["crca"]
+    decoder = onnx_executor.load_decoder(decoder_names(model_dir))
+    assert decoder.fixed_state_capture
+    assert [t.capture_name for t in decoder.fixed_states] == ["present.0.conv_state.per_token",
+                                                              "present.2.recurrent_state.per_token"]
+    model = onnx.load(os.path.join(model_dir, "model.onnx"), load_external_data=False)
+    outputs = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in model.graph.output}
+    assert outputs["present.0.conv_state.per_token"] == ["num_tokens", 32, 3]
+    assert outputs["present.2.recurrent_state.per_token"] == ["num_tokens", 4, 8, 8]
+    assert outputs["present.0.conv_state"] == ["batch_size", 32, 3]     # present.* unchanged
+    # without per_token_logits (the default) there is nothing to capture
+    plain = onnx_executor.load_decoder(decoder_names(hybrid_dirs["crca"][0]))
+    assert not plain.fixed_state_capture and all(t.capture_name is None for t in plain.fixed_states)
+
+
+def test_execute_checks_the_capture_addresses(capture_dirs, hybrid_dirs):
+    runner = HybridSteps(capture_dirs["crca"][0])
+    rows = [("a", [1, 2, 3])]
+    arrays, columns = runner.pack(rows)
+    conv = [np.zeros((1, 32, 3), np.float32) for _ in range(2)]
+    rec = [np.zeros((1, 4, 8, 8), np.float32) for _ in range(2)]
+    caps = [np.zeros((3, 32, 3), np.float32), np.zeros((3, 4, 8, 8), np.float32)]
+
+    def entries(conv_capture, rec_capture):
+        return [(conv[0].ctypes.data, conv[1].ctypes.data, conv_capture),
+                (rec[0].ctypes.data, rec[1].ctypes.data, rec_capture)]
+    pairs = [e[:2] for e in entries(0, 0)]
+    status, message, _, _ = runner.run(rows, arrays, columns, pairs)
+    assert status == onnx_executor.STATUS_FATAL
+    assert "no capture address" in message and "present.0.conv_state.per_token" in message
+    status, message, _, _ = runner.run(rows, arrays, columns, entries(caps[0].ctypes.data, 0))
+    assert status == onnx_executor.STATUS_FATAL
+    assert "no capture address" in message and "'past_key_values.2.recurrent_state'" in message
+    status, message, _, _ = runner.run(rows, arrays, columns, entries(caps[0].ctypes.data, rec[0].ctypes.data))
+    assert status == onnx_executor.STATUS_FATAL and "overlaps 'past_key_values.2.recurrent_state'" in message
+    status, message, _, _ = runner.run(rows, arrays, columns, entries(conv[1].ctypes.data, caps[1].ctypes.data))
+    assert status == onnx_executor.STATUS_FATAL and "overlaps 'present.0.conv_state'" in message
+    status, message, _, _ = runner.run(rows, arrays, columns, [(1, 2, 3, 4), (1, 2, 3)])
+    assert status == onnx_executor.STATUS_FATAL and "triple" in message
+    status, message, _, _ = runner.run(rows, arrays, columns, pairs[:1])
+    assert status == onnx_executor.STATUS_FATAL and "passes 1 (input, output, capture) address triples" in message
+    status, message, _, count = runner.run(rows, arrays, columns, entries(caps[0].ctypes.data, caps[1].ctypes.data))
+    assert status == onnx_executor.STATUS_OK and count == 3, message
+    np.testing.assert_array_equal(caps[0][-1], conv[1][0])
+    # a decoder without capture outputs takes pairs, or triples whose capture is 0, never a capture
+    plain = HybridSteps(hybrid_dirs["crca"][0])
+    arrays, columns = plain.pack(rows)
+    status, message, _, _ = plain.run(rows, arrays, columns, entries(caps[0].ctypes.data, caps[1].ctypes.data))
+    assert status == onnx_executor.STATUS_FATAL and "no per-token state output" in message
+    status, message, _, _ = plain.run(rows, arrays, columns, entries(0, 0))
+    assert status == onnx_executor.STATUS_OK, message
+
+
+def test_capture_load_errors_name_the_tensor(capture_dirs, tmp_path):
+    model_dir, _ = capture_dirs["crca"]
+
+    def drop_capture(model):
+        model.graph.output.remove(_value(model.graph.output, "present.2.recurrent_state.per_token"))
+    with pytest.raises(onnx_executor.ModelLoadError,
+                       match=r"present.0.conv_state.per_token.*no output 'present.2.recurrent_state.per_token'"):
+        onnx_executor.load_decoder(decoder_names(_edit(model_dir, tmp_path / "a", drop_capture)))
+
+    def static_tokens(model):
+        _value(model.graph.output, "present.0.conv_state.per_token").type.tensor_type.shape.dim[0].dim_value = 3
+    with pytest.raises(onnx_executor.ModelLoadError, match="'present.0.conv_state.per_token'.*dynamic axis 0"):
+        onnx_executor.load_decoder(decoder_names(_edit(model_dir, tmp_path / "b", static_tokens)))
+
+    def cut(output, axis, end):
+        """The graph's capture `output` cut to `end` entries along `axis` (ONNX Runtime reports the
+        shape it infers, so a wrong geometry has to come from the graph itself)."""
+        def edit(model):
+            node = next(n for n in model.graph.node if output in n.output)
+            node.output[list(node.output).index(output)] = output + "/uncut"
+            model.graph.node.append(onnx.helper.make_node(
+                "Slice", [output + "/uncut", "cut/starts", "cut/ends", "cut/axes"], [output]))
+            for name, value in (("starts", 0), ("ends", end), ("axes", axis)):
+                model.graph.initializer.append(onnx.numpy_helper.from_array(np.asarray([value], np.int64),
+                                                                            "cut/" + name))
+            _value(model.graph.output, output).type.tensor_type.shape.dim[axis].dim_value = end
+        return edit
+    with pytest.raises(onnx_executor.ModelLoadError, match=r"'present.2.recurrent_state.per_token' has shape "
+                                                           r"\['num_tokens', 2, 8, 8\]; expected \[num_tokens, 4, 8, 8\]"):
+        onnx_executor.load_decoder(decoder_names(_edit(model_dir, tmp_path / "c",
+                                                       cut("present.2.recurrent_state.per_token", 1, 2))))
+    with pytest.raises(onnx_executor.ModelLoadError, match=r"'present.0.conv_state.per_token'.*\[num_tokens, 32, 3\]"):
+        onnx_executor.load_decoder(decoder_names(_edit(model_dir, tmp_path / "d",
+                                                       cut("present.0.conv_state.per_token", 2, 1))))
+
+    def cast(model):
+        output = "present.0.conv_state.per_token"
+        node = next(n for n in model.graph.node if output in n.output)
+        node.output[list(node.output).index(output)] = output + "/float"
+        model.graph.node.append(onnx.helper.make_node("Cast", [output + "/float"], [output],
+                                                      to=onnx.TensorProto.DOUBLE))
+        _value(model.graph.output, output).type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
+    with pytest.raises(onnx_executor.ModelLoadError,
+                       match=r"'present.0.conv_state.per_token' has type tensor\(double\); expected the type"):
+        onnx_executor.load_decoder(decoder_names(_edit(model_dir, tmp_path / "e", cast)))
+
+
+def test_state_capture_builder_options(tmp_path, capsys):
+    from oga.models.onnx_cpu import build_cpu_graph
+    spec = hybrid_spec()
+    weights = random_model(spec, seed=1).weights
+
+    def captures(model):
+        return [o.name for o in model.graph.output if o.name.endswith(".per_token")]
+    assert captures(build_cpu_graph(spec, weights, block_size=BLOCK)) == []
+    assert captures(build_cpu_graph(spec, weights, block_size=BLOCK, per_token_logits=True)) == [
+        "present.0.conv_state.per_token", "present.2.recurrent_state.per_token"]
+    assert captures(build_cpu_graph(spec, weights, block_size=BLOCK, per_token_logits=True, state_capture=False)) == []
+    with pytest.raises(ValueError, match="state_capture.*needs per_token_logits"):
+        build_cpu_graph(spec, weights, block_size=BLOCK, state_capture=True)
+    with pytest.raises(ValueError, match="state_capture.*needs per_token_logits"):
+        build(None, str(tmp_path / "x"), random_spec=spec, state_capture=True)
+    plain = tiny_spec(vocab_size=97, hidden_size=32, intermediate_size=48, num_heads=4, num_kv_heads=2, head_dim=8)
+    with pytest.raises(ValueError, match="hybrid"):
+        build_cpu_graph(plain, random_model(plain, seed=1).weights, per_token_logits=True, state_capture=True)
+    assert captures(build_cpu_graph(plain, random_model(plain, seed=1).weights, per_token_logits=True)) == []
+    from oga.models.__main__ import main as cli_main
+    base = ["build", "--random", "--layers", "3", "--hidden", "32", "--heads", "4", "--vocab", "97",
+            "--layer-types", "conv,attention,recurrent", "--per-token-logits"]
+    assert cli_main(base + ["--no-state-capture", "-o", str(tmp_path / "off")]) == 0
+    assert not onnx_executor.load_decoder(decoder_names(str(tmp_path / "off"))).fixed_state_capture
+    assert cli_main(base[:-1] + ["--state-capture", "-o", str(tmp_path / "bad")]) == 2
+    assert "per_token_logits" in capsys.readouterr().err
+
+
+def test_reference_per_token_states():
+    spec = hybrid_spec()
+    loaded = random_model(spec, seed=4)
+    tokens = _tokens(np.random.default_rng(2), 7)
+    logits, states, per_token = forward_with_states(loaded, tokens, per_token_states=True)
+    assert sorted(per_token) == [0, 2] and per_token[0].shape == (7, 32, 3) and per_token[2].shape == (7, 4, 8, 8)
+    ref = Reference(loaded)
+    for t, token in enumerate(tokens):       # token by token: the committed state after each
+        ref.step([token])
+        for layer, state in ref.fixed_states().items():
+            np.testing.assert_allclose(per_token[layer][t], state, atol=1e-12)
+            np.testing.assert_allclose(ref.token_states()[layer][0], state, atol=1e-12)
+    for layer, state in states.items():
+        np.testing.assert_array_equal(per_token[layer][-1], state)
+    ref.step([])
+    assert all(v.shape[0] == 0 for v in ref.token_states().values())

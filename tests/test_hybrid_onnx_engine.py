@@ -130,3 +130,43 @@ def test_the_committed_state_is_the_references(hybrid_dirs):
         row = np.frombuffer(testing.fixed_state_row(request, tensor), dtype=np.float32).reshape(states[layer].shape)
         np.testing.assert_allclose(row, states[layer], atol=1e-4)
     assert testing.fixed_state_slot(request)["committed_tokens"] == len(prompt) + len(generated) - 1
+
+
+def test_drafts_on_a_hybrid_decoder_keep_the_greedy_streams(tmp_path):
+    """Per-token logits and per-token state outputs (the builder's default for such hybrid decoders):
+    proposals right for a prefix and then wrong commit the state after the last accepted token, so
+    the streams stay the reference's."""
+    import random
+
+    spec = hybrid_spec(["conv", "attention", "recurrent", "attention"])
+    path = str(tmp_path / "hybrid_drafts")
+    build(None, path, random_spec=spec, block_size=4, max_batch_size=4, max_scheduled_tokens=32, seed=5,
+          per_token_logits=True)
+    expected = reference_streams(spec)[:4]
+    engine = og.Engine(og.Model(path))
+    assert engine.max_draft_tokens_per_proposal() == 7
+    rng = random.Random(3)
+    requests, streams = [], [[] for _ in expected]
+    for prompt in PROMPTS[:4]:
+        request = engine.create_request()
+        options = og.TurnOptions(request)
+        options.set_max_generated_tokens(MAX_GEN)
+        request.begin_turn(prompt, options)
+        requests.append(request)
+    buffer = engine.create_event_buffer(64)
+    partial = 0
+    while engine.has_pending_requests():
+        for i, request in enumerate(requests):
+            done = len(streams[i])
+            if 0 < done < len(expected[i]):
+                want = expected[i][done:done + rng.randrange(2, 6)]
+                keep = rng.randrange(0, len(want))
+                partial += 1
+                request.set_draft_tokens(want[:keep] + [(t + 1) % 97 for t in want[keep:]])
+        for event in engine.run(buffer):
+            assert event.request is not None and not event.flags & og.EngineEventFlags.FAILED
+            if event.flags & og.EngineEventFlags.TOKEN:
+                streams[requests.index(event.request)].append(event.token)
+        testing.check_invariants(engine)
+    assert streams == expected
+    assert partial > 0 and engine.get_speculative_stats()["partial_accept_rounds"] > 0

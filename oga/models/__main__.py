@@ -37,6 +37,9 @@ def make_parser() -> argparse.ArgumentParser:
                         help="emit logits for every packed token (draft verification)")
     logits.add_argument("--logits-indices", action="store_true",
                         help="add a logits_indices input selecting the rows that reach the LM head")
+    b.add_argument("--state-capture", action=argparse.BooleanOptionalAction, default=None,
+                   help="hybrid decoders: also output every packed token's fixed state (present.*.per_token), "
+                        "for draft verification; needs --per-token-logits (default: on with it)")
     b.add_argument("--chunk-size", type=_positive,
                    help="search.chunk_size: max query tokens per request and step (required with "
                         "--sliding-window-layers)")
@@ -99,7 +102,8 @@ def main(argv=None) -> int:
                     block_size=args.block_size, num_blocks=args.num_blocks,
                     max_batch_size=args.max_batch_size, max_scheduled_tokens=args.max_scheduled_tokens,
                     context_length=args.context_length, per_token_logits=args.per_token_logits,
-                    logits_indices=args.logits_indices, chunk_size=args.chunk_size, random_spec=spec,
+                    logits_indices=args.logits_indices, chunk_size=args.chunk_size,
+                    state_capture=args.state_capture, random_spec=spec,
                     seed=args.seed, progress=True)
     except (ValueError, FileNotFoundError, NotImplementedError, OSError) as exc:
         print(f"python -m oga.models build: error: {exc}", file=sys.stderr)

@@ -54,13 +54,18 @@ def load_source(source, *, random_spec: DecoderSpec | None = None, seed: int = 0
 
 
 def build_graph(loaded: LoadedModel, *, target: str, block_size: int, context_length: int,
-                per_token_logits: bool = False, logits_indices: bool = False):
+                per_token_logits: bool = False, logits_indices: bool = False, state_capture: bool | None = None):
     """The decoder ModelProto for `target` ("cpu" or "cuda")."""
     if target == "cpu":
         from .onnx_cpu import build_cpu_graph
         return build_cpu_graph(loaded.spec, loaded.weights, block_size=block_size,
-                               per_token_logits=per_token_logits, logits_indices=logits_indices)
+                               per_token_logits=per_token_logits, logits_indices=logits_indices,
+                               state_capture=state_capture)
     if target == "cuda":
+        if state_capture:
+            # the per-token fixed states exist for hybrid decoders, which only the CPU builder emits
+            raise NotImplementedError("state_capture (per-token fixed state outputs) is built for the cpu target "
+                                      "only")
         from .onnx_cuda import build_cuda_graph
         return build_cuda_graph(loaded.spec, loaded.weights, block_size=block_size,
                                 context_length=context_length, per_token_logits=per_token_logits,
@@ -106,7 +111,8 @@ def build(source, output_dir, *, target: str = "cpu", block_size: int | None = N
           num_blocks: int | None = None, max_batch_size: int = cfg.DEFAULT_MAX_BATCH_SIZE,
           max_scheduled_tokens: int = cfg.DEFAULT_MAX_SCHEDULED_TOKENS, context_length: int | None = None,
           per_token_logits: bool = False, logits_indices: bool = False, chunk_size: int | None = None,
-          random_spec: DecoderSpec | None = None, seed: int = 0, progress: bool = False) -> str:
+          state_capture: bool | None = None, random_spec: DecoderSpec | None = None, seed: int = 0,
+          progress: bool = False) -> str:
     """Build a model directory at `output_dir` and return its path.
 
     `source`: a GGUF file, a Hugging Face directory (config.json + *.safetensors), or None with
@@ -117,11 +123,18 @@ def build(source, output_dir, *, target: str = "cpu", block_size: int | None = N
     `chunk_size` becomes search.chunk_size (the per-step query cap of a request); it is required
     when the spec has sliding-window ring layers (`DecoderSpec.sliding_window_layers`), whose
     ring the engine sizes from it (cpu target only).
+    `state_capture`: hybrid decoders also output every packed token's fixed state
+    (`present.*.per_token`, see onnx_cpu), which the engine needs to verify drafts; None turns it on
+    for hybrid decoders built with `per_token_logits`; it requires `per_token_logits`.
     """
     if target not in ("cpu", "cuda"):
         raise ValueError(f"target must be 'cpu' or 'cuda', got {target!r}")
     if per_token_logits and logits_indices:
         raise ValueError("per_token_logits and logits_indices are mutually exclusive")
+    if state_capture and not per_token_logits:
+        # checked before loading the weights: the graph builder refuses it too, but only after that
+        raise ValueError("state_capture (per-token fixed state outputs) needs per_token_logits: the states "
+                         "serve draft verification, which reads one logits row per packed token")
     block_size = int(block_size or (cfg.CPU_BLOCK_SIZE if target == "cpu" else cfg.CUDA_BLOCK_SIZE))
     output_dir = os.fspath(output_dir)
 
@@ -144,7 +157,8 @@ def build(source, output_dir, *, target: str = "cpu", block_size: int | None = N
                                    max_scheduled_tokens=max_scheduled_tokens,
                                    logits_indices=logits_indices, chunk_size=chunk_size)
     model = build_graph(loaded, target=target, block_size=block_size, context_length=context_length,
-                        per_token_logits=per_token_logits, logits_indices=logits_indices)
+                        per_token_logits=per_token_logits, logits_indices=logits_indices,
+                        state_capture=state_capture)
     del loaded.weights                                    # the graph holds its own copies
 
     os.makedirs(output_dir, exist_ok=True)

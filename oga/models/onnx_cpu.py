@@ -81,6 +81,20 @@ the same shape, row r of both being packed row r (the rows of cumulative_sequenc
   closed form over a row's chunk of L tokens starting from S_0: o_t = a^(t+1) q_t S_0 +
   sum_{s<=t} a^(t-s) (q_t . k_s) v_s (a decayed causal mask over the packed tokens of the same row)
   and S_L = a^L S_0 + sum_s a^(L-1-s) k_s^T v_s (a [rows, tokens] membership MatMul).
+
+Per-token state capture (`state_capture`, hybrid decoders built with per_token_logits; on by
+default there): to verify draft tokens the engine packs them into one row and, when only a prefix
+is accepted, commits the state after the last accepted token instead of `present`. So beside every
+fixed state output X the graph also writes
+
+    X.per_token                  [num_tokens, *row shape]    e.g. present.0.conv_state.per_token
+                                 row i = the state of token i's row after token i: what X would
+                                 hold had the row's chunk ended at token i
+
+(same dtype as X; the last token of a row equals that row of X). Both are closed forms, no loop:
+- conv: the state after token t is the K-1 inputs ending at t, the last K-1 of t's own taps.
+- recurrent: S_t = a^(offset+1) S_0 + sum_{s<=t, same row} a^(t-s) k_s^T v_s: the decayed causal
+  mask [heads, N, N] times the per-token outer products k_s^T v_s [heads, N, D*D].
 """
 
 from __future__ import annotations
@@ -114,6 +128,12 @@ PAST_CONV = "past_key_values.%d.conv_state"            # OGA 0.18's default temp
 PAST_RECURRENT = "past_key_values.%d.recurrent_state"
 PRESENT_CONV = "present.%d.conv_state"
 PRESENT_RECURRENT = "present.%d.recurrent_state"
+PER_TOKEN_SUFFIX = ".per_token"        # fixed state output X -> X + suffix: the state after every packed token
+
+
+def capture_name(present: str) -> str:
+    """The per-token capture output of the fixed state output `present` (see the module docstring)."""
+    return present + PER_TOKEN_SUFFIX
 
 
 # --------------------------------------------------------------------------------------------
@@ -644,8 +664,10 @@ def _fixed_indices(g: GraphBuilder) -> FixedIndices:
                         same_row=allowed, distance=distance, membership=member)
 
 
-def _conv_layer(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, fi: FixedIndices, weights) -> str:
-    """Causal depthwise convolution over [state (K-1 oldest-first inputs), packed inputs] per row."""
+def _conv_layer(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, fi: FixedIndices, weights,
+                capture: bool = False) -> str:
+    """Causal depthwise convolution over [state (K-1 oldest-first inputs), packed inputs] per row;
+    with `capture` also the state after every packed token."""
     p = f"model.layers.{layer}.conv."
     K, C = int(spec.conv_kernel), spec.hidden_size
     km = K - 1
@@ -665,6 +687,12 @@ def _conv_layer(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, fi: Fixe
     taps = g.op("Gather", [ext, source(fi.row, g.op("Gather", [fi.starts, fi.row]), rel)], "taps", axis=0)
     kernel = g.initializer(p + "conv.weight_kc", _w(weights, p + "conv.weight").T.copy())   # [K, C]
     y = g.op("ReduceSum", [g.op("Mul", [taps, kernel], "taps/Mul"), g.const([1])], "conv", keepdims=0)
+    if capture:
+        # token t's taps are the K inputs ending at t (rel offset-K+1 .. offset), so the K-1 inputs
+        # ending at t (the state had the chunk ended there) are already gathered: drop the oldest
+        after = g.op("Slice", [taps, g.const([1]), g.const([K]), g.const([1])], "per_token/Slice")  # [N, K-1, C]
+        g.op("Transpose", [after], "per_token/Transpose", outputs=[capture_name(PRESENT_CONV % layer)],
+             perm=[0, 2, 1])
     rel = g.op("Add", [g.unsq(g.op("Sub", [fi.qlen, g.const(km)]), [1]), g.const(np.arange(km)[None, :])])
     last = g.op("Gather", [ext, source(fi.row_ids, fi.starts, rel)], "last_inputs", axis=0)  # [B, K-1, C]
     g.op("Transpose", [last], "present/Transpose", outputs=[PRESENT_CONV % layer], perm=[0, 2, 1])
@@ -672,8 +700,10 @@ def _conv_layer(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, fi: Fixe
                 "out_proj", transB=1)
 
 
-def _recurrent_layer(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, fi: FixedIndices, weights) -> str:
-    """The linear recurrence in closed form over each row's chunk (see the module docstring)."""
+def _recurrent_layer(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, fi: FixedIndices, weights,
+                     capture: bool = False) -> str:
+    """The linear recurrence in closed form over each row's chunk (see the module docstring); with
+    `capture` also the state after every packed token."""
     p = f"model.layers.{layer}.linear_attn."
     nH, D = spec.num_heads, spec.head_dim
     scale = np.float32(1.0 / np.sqrt(D))
@@ -712,6 +742,16 @@ def _recurrent_layer(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, fi:
     carried = g.op("Mul", [PAST_RECURRENT % layer, g.unsq(carried, [2, 3])], "carried")
     g.op("Add", [carried, g.reshape(added, g.shape_of(fi.rows, nH, D, D))], "present",
          outputs=[PRESENT_RECURRENT % layer])
+    if capture:
+        # S_t = a^(offset+1) S_0 + sum_{s<=t, same row} a^(t-s) k_s^T v_s: the decay mask already
+        # holds a^(t-s) on exactly those (t, s), so one batched MatMul over the flattened outer
+        # products sums every token's contributions at once
+        kv = g.op("Mul", [g.unsq(k, [3]), g.unsq(v, [2])], "per_token/outer")                # [N, nH, D, D]
+        kv = g.op("Transpose", [g.reshape(kv, g.const([-1, nH, D * D]))], perm=[1, 0, 2])   # [nH, N, D*D]
+        summed = g.op("Transpose", [g.op("MatMul", [dec, kv], "per_token/sums")], perm=[1, 0, 2])
+        from_s0 = g.op("Mul", [s0, g.unsq(power(g.unsq(steps, [1])), [2, 3])], "per_token/carried")
+        g.op("Add", [from_s0, g.reshape(summed, g.const([-1, nH, D, D]))], "per_token",
+             outputs=[capture_name(PRESENT_RECURRENT % layer)])                             # [N, nH, D, D]
     return g.op("Gemm", [o, g.initializer(p + "o_proj.weight", _w(weights, p + "o_proj.weight"))], "o_proj",
                 transB=1)
 
@@ -719,10 +759,17 @@ def _recurrent_layer(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, fi:
 # --------------------------------------------------------------------------------------------
 
 def declare_io(g: GraphBuilder, spec: DecoderSpec, block_size: int, cache_type: int, logits_type: int,
-               per_token_logits: bool, logits_indices: bool):
-    """Graph inputs and outputs of OGA's paged contract (shared by the CPU and CUDA builders)."""
+               per_token_logits: bool, logits_indices: bool, state_capture: bool = False):
+    """Graph inputs and outputs of OGA's paged contract (shared by the CPU and CUDA builders);
+    `state_capture` adds the per-token fixed state outputs (see the module docstring)."""
     if per_token_logits and logits_indices:
         raise ValueError("per_token_logits and logits_indices are mutually exclusive")
+    if state_capture and not per_token_logits:
+        raise ValueError("state_capture (per-token fixed state outputs) needs per_token_logits: the states "
+                         "serve draft verification, which reads one logits row per packed token")
+    if state_capture and not spec.hybrid():
+        raise ValueError("state_capture needs a hybrid decoder (conv / recurrent layer_types): the spec has no "
+                         "fixed state to capture")
     g.input(INPUT_IDS, TensorProto.INT64, ["num_tokens"])
     g.input(CU_SEQLENS, TensorProto.INT32, ["batch_size + 1"])
     g.input(PAST_SEQLENS, TensorProto.INT32, ["batch_size"])
@@ -751,6 +798,9 @@ def declare_io(g: GraphBuilder, spec: DecoderSpec, block_size: int, cache_type: 
         g.output(PRESENT_VALUE % i, cache_type, cache_shape(i))
     for _, present, shape in fixed:
         g.output(present, cache_type, ["batch_size"] + list(shape))
+    if state_capture:
+        for _, present, shape in fixed:
+            g.output(capture_name(present), cache_type, ["num_tokens"] + list(shape))
 
 
 def fixed_state_shapes(spec: DecoderSpec) -> list[tuple[str, str, tuple[int, ...]]]:
@@ -763,14 +813,25 @@ def fixed_state_shapes(spec: DecoderSpec) -> list[tuple[str, str, tuple[int, ...
     return conv + rec
 
 
+def default_state_capture(spec: DecoderSpec, per_token_logits: bool, state_capture: bool | None) -> bool:
+    """`state_capture` resolved: None means on for hybrid decoders with per-token logits (the ones
+    that can verify drafts), off otherwise."""
+    if state_capture is None:
+        return bool(per_token_logits) and spec.hybrid()
+    return bool(state_capture)
+
+
 def build_cpu_graph(spec: DecoderSpec, weights, *, block_size: int = 16, per_token_logits: bool = False,
-                    logits_indices: bool = False) -> onnx.ModelProto:
-    """The fp32 paged decoder (see the module docstring) as an in-memory ModelProto."""
+                    logits_indices: bool = False, state_capture: bool | None = None) -> onnx.ModelProto:
+    """The fp32 paged decoder (see the module docstring) as an in-memory ModelProto. `state_capture`
+    adds the per-token fixed state outputs (None: on for hybrid decoders with per_token_logits)."""
     spec.check()
     if block_size <= 0:
         raise ValueError(f"block_size must be > 0, got {block_size}")
+    capture = default_state_capture(spec, per_token_logits, state_capture)
     g = GraphBuilder()
-    declare_io(g, spec, block_size, TensorProto.FLOAT, TensorProto.FLOAT, per_token_logits, logits_indices)
+    declare_io(g, spec, block_size, TensorProto.FLOAT, TensorProto.FLOAT, per_token_logits, logits_indices,
+               state_capture=capture)
 
     embed = g.initializer("model.embed_tokens.weight", _w(weights, "model.embed_tokens.weight"))
     head = embed if spec.tie_word_embeddings else g.initializer("lm_head.weight", _w(weights, "lm_head.weight"))
@@ -787,9 +848,9 @@ def build_cpu_graph(spec: DecoderSpec, weights, *, block_size: int = 16, per_tok
         ln1 = g.initializer(p + "input_layernorm.weight", _w(weights, p + "input_layernorm.weight"))
         h = _rms_norm(g, x, ln1, spec.rms_norm_eps, "input_layernorm")
         if kind == "conv":
-            a = _conv_layer(g, spec, i, h, fixed, weights)
+            a = _conv_layer(g, spec, i, h, fixed, weights, capture=capture)
         elif kind == "recurrent":
-            a = _recurrent_layer(g, spec, i, h, fixed, weights)
+            a = _recurrent_layer(g, spec, i, h, fixed, weights, capture=capture)
         else:
             qkv_w, qkv_b, o_w, _, _ = fused_layer_weights(spec, weights, i)
             a = _attention(g, spec, i, h, idx,
@@ -813,4 +874,6 @@ def build_cpu_graph(spec: DecoderSpec, weights, *, block_size: int = 16, per_tok
         doc += f", sliding-window ring layers {sorted(ring)} of window {spec.sliding_window}"
     if spec.hybrid():
         doc += f", layer types {list(spec.layer_types)}"
+    if capture:
+        doc += ", per-token fixed state outputs"
     return g.model("oga_paged_decoder_cpu", [("", OPSET)], doc=doc + ")")

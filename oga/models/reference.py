@@ -13,7 +13,9 @@ Hybrid decoders (spec.layer_types) replace the attention block of some layers, t
   (the state [hidden, K-1], oldest first, zeros for a new sequence) and the new ones; out_proj.
 - "recurrent": per head S_t = a S_{t-1} + k_t^T v_t, o_t = (q_t / sqrt(head_dim)) S_t,
   a = sigmoid(decay); the state is [heads, head_dim, head_dim]; o_proj.
-The Reference keeps each layer's state across step() calls (`fixed_states()`).
+The Reference keeps each layer's state across step() calls (`fixed_states()`), and the state after
+each token of the last step() call (`token_states()`: what a graph's `present.*.per_token` capture
+outputs hold for that chunk).
 """
 
 from __future__ import annotations
@@ -89,10 +91,17 @@ class Reference:
             self.states[i] = np.zeros((s.hidden_size, int(s.conv_kernel) - 1), dtype=self.dtype)
         for i in s.recurrent_layers():
             self.states[i] = np.zeros((s.num_heads, s.head_dim, s.head_dim), dtype=self.dtype)
+        # layer -> [T, *state shape]: the state after each token of the last step() call
+        self.per_token: dict[int, np.ndarray] = {}
 
     def fixed_states(self) -> dict[int, np.ndarray]:
         """Copies of the conv / recurrent states after everything stepped so far, by layer."""
         return {i: v.copy() for i, v in self.states.items()}
+
+    def token_states(self) -> dict[int, np.ndarray]:
+        """Copies of the states after every token of the last step() call, by layer: [T, *state shape],
+        entry t being what fixed_states() would have returned had that call ended at token t."""
+        return {i: v.copy() for i, v in self.per_token.items()}
 
     def _conv(self, i, h):
         w, p, K = self.w, f"model.layers.{i}.conv.", int(self.spec.conv_kernel)
@@ -100,6 +109,8 @@ class Reference:
         ext = np.concatenate([self.states[i].T, u], axis=0)                  # [K-1+T, C]
         kernel = w[p + "conv.weight"]                                        # [C, K]
         y = np.stack([(ext[t:t + K] * kernel.T).sum(axis=0) for t in range(u.shape[0])])
+        # after token t (ext row K-1+t) the state is the K-1 inputs ending there
+        self.per_token[i] = np.stack([ext[t + 1:t + K].T for t in range(u.shape[0])])
         self.states[i] = ext[-(K - 1):].T.copy()
         return y @ w[p + "out_proj.weight"].T
 
@@ -112,9 +123,12 @@ class Reference:
         a = 1.0 / (1.0 + np.exp(-w[p + "decay"]))                           # [nH]
         S = self.states[i]
         out = np.empty_like(q)
+        after = np.empty((q.shape[0],) + S.shape, dtype=S.dtype)
         for t in range(q.shape[0]):
             S = a[:, None, None] * S + k[t][:, :, None] * v[t][:, None, :]
             out[t] = np.einsum("hd,hde->he", q[t], S)
+            after[t] = S
+        self.per_token[i] = after
         self.states[i] = S
         return out.reshape(-1, nH * D) @ w[p + "o_proj.weight"].T
 
@@ -122,6 +136,8 @@ class Reference:
         """Logits [len(tokens), V] of `tokens` placed after everything already cached."""
         s, w = self.spec, self.w
         tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        # token_states() describes this call only, even an empty one
+        self.per_token = {i: np.zeros((0,) + v.shape, dtype=self.dtype) for i, v in self.states.items()}
         if tokens.size == 0:
             return np.zeros((0, s.vocab_size), dtype=self.dtype)
         if tokens.min() < 0 or tokens.max() >= s.vocab_size:
@@ -192,10 +208,13 @@ def forward(loaded: LoadedModel, tokens, dtype=np.float64) -> np.ndarray:
     return Reference(loaded, dtype).step(tokens)
 
 
-def forward_with_states(loaded: LoadedModel, tokens, dtype=np.float64):
-    """(logits [len(tokens), V], {layer: final conv / recurrent state}) of one sequence from position 0."""
+def forward_with_states(loaded: LoadedModel, tokens, dtype=np.float64, per_token_states: bool = False):
+    """(logits [len(tokens), V], {layer: final conv / recurrent state}) of one sequence from position 0;
+    with `per_token_states` a third item {layer: [len(tokens), *state shape]}, the state after each token."""
     ref = Reference(loaded, dtype)
     logits = ref.step(tokens)
+    if per_token_states:
+        return logits, ref.fixed_states(), ref.token_states()
     return logits, ref.fixed_states()
 
 
