@@ -173,7 +173,12 @@ class OnnxDecoder:
         if self.static:
             if any(isinstance(g, dict) and g.get("kind") in FIXED_STATE_KINDS
                    for g in self.decoder_config.get("state_groups") or []):
-                raise ModelLoadError(f"{self.path}: Fixed decoder state groups require engine.dynamic_batching.")
+                # As 0.18: the model loads, and og.Engine refuses ("Fixed decoder state groups require
+                # engine.dynamic_batching") before it opens this decoder.
+                self.per_token_logits = self.windowed_block_table = False
+                self.ring_layers = frozenset()
+                self.bytes_per_block = 0
+                return
             self._validate_static()
             return
         self._check(self.inputs, n["input_ids"], ("tensor(int64)",), 1, "input")

@@ -168,19 +168,14 @@ std::vector<int32_t> PagedLayersForLoading(const oga::ModelConfig& config) {
   const std::vector<oga::StateGroup> groups = oga::EffectiveStateGroups(decoder);
   const oga::StateGroup* paged = nullptr;
   size_t paged_groups = 0;
-  bool fixed = false;
   for (const oga::StateGroup& group : groups) {
     if (group.kind == oga::StateGroupKind::kPagedKv) {
       ++paged_groups;
       paged = &group;
-    } else {
-      fixed = true;
     }
   }
-  if (!config.dynamic_batching) {
-    if (fixed) throw ApiError("Fixed decoder state groups require engine.dynamic_batching");
-    return paged_groups == 1 ? paged->layer_ids : std::vector<int32_t>();
-  }
+  // As 0.18, fixed groups without dynamic batching load; the engine refuses them.
+  if (!config.dynamic_batching) return paged_groups == 1 ? paged->layer_ids : std::vector<int32_t>();
   if (paged_groups != 1) throw ApiError("Dynamic batching requires exactly one paged_kv decoder state group");
   if (paged->layer_ids.empty()) throw ApiError("Dynamic batching requires at least one paged_kv decoder layer");
   if (!decoder.state_groups) {

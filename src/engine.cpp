@@ -142,10 +142,6 @@ std::vector<size_t> FixedStateRowBytes(const ModelConfig& config, const OgaExtMo
   for (size_t bytes : row_bytes) {
     if (bytes == 0) throw ApiError("A fixed decoder state tensor has an empty per-request row.");
   }
-  if (config.dynamic_batching->prefix_caching.value_or(false)) {
-    // Adopting cached blocks would skip tokens whose recurrent state no block holds.
-    throw ApiError("Prefix caching does not yet support fixed decoder state groups (fixed_conv, fixed_recurrent).");
-  }
   return row_bytes;
 }
 
@@ -173,9 +169,12 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   std::unique_ptr<FixedStatePool> fixed_pool;
   if (!fixed_row_bytes.empty()) {
     try {
-      fixed_pool = std::make_unique<FixedStatePool>(fixed_row_bytes, static_cast<size_t>(batching.max_batch_size),
-                                                    static_cast<size_t>(batching.max_scheduled_tokens), fixed_capture,
-                                                    model->faults());
+      // With prefix caching, max_batch_size fixed-state checkpoints (as 0.18 keeps).
+      const bool checkpoints = ring_blocks == 0 && batching.prefix_caching.value_or(true);
+      const size_t slots = static_cast<size_t>(batching.max_batch_size);
+      fixed_pool = std::make_unique<FixedStatePool>(
+          fixed_row_bytes, slots, static_cast<size_t>(batching.max_scheduled_tokens), fixed_capture, model->faults(),
+          checkpoints ? slots : 0);
     } catch (const std::bad_alloc&) {
       throw ApiError(kBudgetTooSmallMessage);
     }
@@ -203,10 +202,7 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   if (ring_blocks > 0) limits.max_query_tokens = static_cast<size_t>(config.search.chunk_size);
   limits.prefix_caching = ring_blocks == 0 && batching.prefix_caching.value_or(true);
   limits.window_ring_blocks = ring_blocks;
-  if (fixed_pool) {
-    limits.fixed_state_row_bytes = fixed_pool->total_row_bytes();
-    limits.prefix_caching = false;  // adopted blocks carry no fixed state
-  }
+  if (fixed_pool) limits.fixed_state_row_bytes = fixed_pool->total_row_bytes();
   // Drafts need one logits row per packed token, and room for them beside the mandatory token; a
   // hybrid model also needs every token's fixed state to replay a partially accepted proposal.
   if (model->executor().per_token_logits != 0 && limits.max_scheduled_tokens > 1 &&
@@ -230,6 +226,7 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   geometry.window_blocks = ring_blocks * limits.max_batch_size;  // one fixed ring per block table
   if (fixed_pool) {
     geometry.fixed_state_slots = fixed_pool->capacity();
+    if (limits.prefix_caching) fixed_pool->IndexCheckpointsOver(static_cast<size_t>(num_blocks));
     engine->cache_.EnableFixedState(std::move(fixed_pool));
     engine->hybrid_io_ = std::make_unique<HybridDecoderIO>(engine->io_);
   }

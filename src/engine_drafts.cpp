@@ -13,8 +13,9 @@ void Engine::SetDraftTokens(Request& request, const int32_t* tokens, size_t coun
   CheckOwnerThread();
   ReclaimAbandoned();
   if (request.closed()) throw ApiError(kClosedRequestMessage);
-  if (max_draft_tokens() == 0) throw ApiError("This engine does not support speculative draft verification.");
   if (in_step_) throw ApiError("Cannot replace draft tokens while a step is in flight.");
+  // 0.18's order: an empty proposal clears in any state, and an engine that cannot verify drafts
+  // says so only after the request's state and turn policy were checked.
   if (count == 0) {
     request.draft_tokens.clear();
     return;
@@ -22,17 +23,24 @@ void Engine::SetDraftTokens(Request& request, const int32_t* tokens, size_t coun
   if (request.status != RequestStatus::Active) {
     throw ApiError("Speculative draft tokens may only be proposed when the request is ready to decode.");
   }
+  const TurnPolicy& policy = request.policy;
+  auto check_policy = [&request, &policy] {
+    if (policy.repetition_penalty != 1.0f || policy.no_repeat_ngram_size != 0 ||
+        request.turn_generated_tokens < policy.min_generated_tokens) {
+      throw ApiError(
+          "Speculative draft tokens require repetition_penalty 1, no_repeat_ngram_size 0, and a turn already past "
+          "its minimum generated token count.");
+    }
+  };
+  if (max_draft_tokens() == 0) {
+    check_policy();
+    throw ApiError("This engine does not support speculative draft verification.");
+  }
   if (count > max_draft_tokens()) {
     throw ApiError("A step accepts at most " + std::to_string(max_draft_tokens()) + " draft tokens.");
   }
-  const TurnPolicy& policy = request.policy;
   if (request.guidance) throw ApiError("Speculative draft tokens are not supported with guidance.");
-  if (policy.repetition_penalty != 1.0f || policy.no_repeat_ngram_size != 0 ||
-      request.turn_generated_tokens < policy.min_generated_tokens) {
-    throw ApiError(
-        "Speculative draft tokens require repetition_penalty 1, no_repeat_ngram_size 0, and a turn already past its "
-        "minimum generated token count.");
-  }
+  check_policy();
   if (!policy.greedy) {
     if (policy.top_k <= 0) throw ApiError("Sampled speculative draft tokens require a positive top_k.");
     throw ApiError(

@@ -132,6 +132,21 @@ std::string Engine::CheckInvariants() const {
       report("fixed-state slots in use (" + std::to_string(owned) + ") != block tables in use (" +
              std::to_string(tables_in_use) + ")");
     }
+    // Checkpoints: each belongs to one indexed block that maps back to it, at that block's end.
+    for (size_t i = 0; i < fixed->checkpoints().size(); ++i) {
+      const FixedStatePool::Checkpoint& checkpoint = fixed->checkpoints()[i];
+      const std::string name = "fixed-state checkpoint " + std::to_string(i);
+      if (checkpoint.pending_block >= 0) report(name + " is still pending");
+      if (checkpoint.block < 0) continue;
+      if (static_cast<size_t>(checkpoint.block) >= total || fixed->checkpoint_of(checkpoint.block) != static_cast<int32_t>(i)) {
+        report(name + " names block " + std::to_string(checkpoint.block) + " which does not point back to it");
+      } else if (prefix == nullptr || !prefix->indexed(checkpoint.block)) {
+        report(name + " belongs to block " + std::to_string(checkpoint.block) + " which is not indexed");
+      }
+      if (checkpoint.tokens == 0 || checkpoint.tokens % block_size != 0) {
+        report(name + " holds " + std::to_string(checkpoint.tokens) + " tokens, not a block boundary");
+      }
+    }
   }
 
   // Scheduler membership.

@@ -27,16 +27,18 @@ uint8_t* AllocateAligned(size_t bytes) {
 }  // namespace
 
 FixedStatePool::FixedStatePool(const std::vector<size_t>& row_bytes, size_t capacity, size_t max_tokens, bool capture,
-                               FaultInjector* faults)
-    : slots_(capacity), taken_(capacity, 0), max_tokens_(max_tokens), capture_(capture), faults_(faults) {
+                               FaultInjector* faults, size_t checkpoints)
+    : slots_(capacity), taken_(capacity, 0), max_tokens_(max_tokens), capture_(capture), faults_(faults),
+      checkpoints_(checkpoints) {
   if (row_bytes.empty() || capacity == 0) throw ContractError("a fixed-state pool needs tensors and slots");
   tensors_.resize(row_bytes.size());
   try {
     for (size_t t = 0; t < row_bytes.size(); ++t) {
       const size_t row = row_bytes[t];
       if (row == 0) throw ContractError("a fixed state tensor has an empty row");
-      // banks 0 and 1, gather, staging, captures, the zero row: one allocation per tensor.
-      const size_t rows = 4 * capacity + (capture ? max_tokens : 0) + 1;
+      // banks 0 and 1, gather, staging, captures, checkpoints, the zero row: one allocation per tensor.
+      const size_t capture_rows = capture ? max_tokens : 0;
+      const size_t rows = 4 * capacity + capture_rows + checkpoints + 1;
       if (rows > std::numeric_limits<size_t>::max() / row) throw std::bad_alloc();
       uint8_t* memory = AllocateAligned(rows * row);
       allocations_.push_back(memory);
@@ -47,6 +49,7 @@ FixedStatePool::FixedStatePool(const std::vector<size_t>& row_bytes, size_t capa
       tensor.gather = memory + 2 * capacity * row;
       tensor.staging = memory + 3 * capacity * row;
       tensor.captured = capture ? memory + 4 * capacity * row : nullptr;
+      tensor.checkpoints = memory + (4 * capacity + capture_rows) * row;
       tensor.zero = memory + (rows - 1) * row;
       std::memset(tensor.zero, 0, row);
       total_row_bytes_ += row;
@@ -79,6 +82,24 @@ void FixedStatePool::ReturnProvisional() noexcept {
   for (const Row& row : rows_) {
     if (row.slot >= 0) taken_[static_cast<size_t>(row.slot)] = 0;
   }
+  for (Checkpoint& checkpoint : checkpoints_) checkpoint.pending_block = -1;
+}
+
+int32_t FixedStatePool::TakeCheckpointVictim(int32_t ancestor) noexcept {
+  int32_t victim = -1;
+  for (size_t i = 0; i < checkpoints_.size(); ++i) {
+    const Checkpoint& checkpoint = checkpoints_[i];
+    if (checkpoint.pending_block >= 0) continue;
+    if (checkpoint.block < 0) return static_cast<int32_t>(i);
+    if (victim < 0 || checkpoint.last_use < checkpoints_[static_cast<size_t>(victim)].last_use) {
+      victim = static_cast<int32_t>(i);
+    }
+  }
+  if (ancestor >= 0) {
+    const Checkpoint& preferred = checkpoints_[static_cast<size_t>(ancestor)];
+    if (preferred.pending_block < 0 && preferred.block >= 0) return ancestor;
+  }
+  return victim;
 }
 
 void FixedStatePool::Reserve(const StepPlan& plan) {
@@ -116,6 +137,17 @@ void FixedStatePool::Reserve(const StepPlan& plan) {
       }
       row.provisional = true;
       ++new_slots_;
+      if (planned.cached_blocks > 0) {
+        // Adopted cached blocks: the state continues from the checkpoint of the last one.
+        const int32_t block = plan.cached_block_ids[planned.cached_begin + planned.cached_blocks - 1];
+        row.checkpoint = checkpoint_of(block);
+        if (row.checkpoint < 0) {
+          ReturnProvisional();
+          rows_.clear();
+          throw ContractError("a planned prefix-cache adoption has no fixed-state checkpoint");
+        }
+        row.checkpoint_block = block;
+      }
     }
     taken_[static_cast<size_t>(row.slot)] = 1;
     rows_.push_back(row);
@@ -164,7 +196,10 @@ void FixedStatePool::BindFallback() {
     const Tensor& tensor = tensors_[t];
     for (size_t r = 0; r < rows_.size(); ++r) {
       const Row& row = rows_[r];
-      const uint8_t* source = row.provisional ? tensor.zero : BankRow(t, row.active_bank, static_cast<size_t>(row.slot));
+      const uint8_t* source =
+          !row.provisional        ? BankRow(t, row.active_bank, static_cast<size_t>(row.slot))
+          : row.checkpoint >= 0 ? CheckpointRow(t, static_cast<size_t>(row.checkpoint))
+                                : tensor.zero;
       std::memcpy(tensor.gather + r * tensor.row_bytes, source, tensor.row_bytes);
     }
     inputs_[t] = tensor.gather;
@@ -181,8 +216,13 @@ void FixedStatePool::ValidateCommit(const StepPlan& plan) const {
     if (planned.request != row.request) throw ContractError("a fixed-state row belongs to another request than planned");
     const FixedStateSlot& slot = slots_[static_cast<size_t>(row.slot)];
     if (row.provisional) {
-      if (slot.owner != nullptr || row.request->fixed_slot >= 0 || planned.processed_before != 0) {
-        throw ContractError("a provisional fixed-state slot was taken, or its request does not start from zero state");
+      const Checkpoint* checkpoint =
+          row.checkpoint >= 0 ? &checkpoints_[static_cast<size_t>(row.checkpoint)] : nullptr;
+      if (slot.owner != nullptr || row.request->fixed_slot >= 0 ||
+          planned.processed_before != (checkpoint != nullptr ? checkpoint->tokens : 0) ||
+          (checkpoint != nullptr && checkpoint->block != row.checkpoint_block)) {
+        throw ContractError(
+            "a provisional fixed-state slot was taken, or its request does not start from its zero state or checkpoint");
       }
     } else if (slot.owner != row.request || row.request->fixed_slot != row.slot ||
                slot.allocation_generation != row.allocation_generation ||
@@ -213,7 +253,7 @@ const uint8_t* FixedStatePool::NewStateSource(size_t tensor, size_t r, const Req
   return direct_ ? nullptr : t.staging + r * t.row_bytes;
 }
 
-void FixedStatePool::PrepareCommit(const StepPlan& plan) {
+void FixedStatePool::PrepareCommit(const StepPlan& plan, const std::vector<CheckpointRequest>& checkpoints) {
   ValidateCommit(plan);
   const bool fail = faults_ != nullptr && faults_->Consult(OgaExtFaultPhase_FixedStatePrepare) != OgaExtExecutionStatus_Ok;
   try {
@@ -227,6 +267,26 @@ void FixedStatePool::PrepareCommit(const StepPlan& plan) {
           std::memcpy(BankRow(t, target_bank, static_cast<size_t>(row.slot)), source, tensors_[t].row_bytes);
         }
       }
+    }
+    // Checkpoints: an adoption is a use (before this step's new checkpoints choose victims); the new
+    // state, now whole in the inactive bank, is copied for later adoptions.
+    for (const Row& row : rows_) {
+      if (row.checkpoint >= 0) checkpoints_[static_cast<size_t>(row.checkpoint)].last_use = ++clock_;
+    }
+    for (const CheckpointRequest& request : checkpoints) {
+      const int32_t victim = TakeCheckpointVictim(request.ancestor);
+      if (victim < 0) break;  // every checkpoint is read by this step
+      Checkpoint& checkpoint = checkpoints_[static_cast<size_t>(victim)];
+      if (checkpoint.block >= 0) DropCheckpoint(checkpoint.block);
+      const Row& row = rows_[request.row];
+      const RequestStepPlan& planned = plan.rows[request.row];
+      for (size_t t = 0; t < tensors_.size(); ++t) {
+        std::memcpy(CheckpointRow(t, static_cast<size_t>(victim)),
+                    BankRow(t, static_cast<uint8_t>(row.active_bank ^ 1), static_cast<size_t>(row.slot)),
+                    tensors_[t].row_bytes);
+      }
+      checkpoint.pending_block = request.block;
+      checkpoint.tokens = planned.processed_before + planned.committed_tokens();
     }
   } catch (...) {
     // The inactive banks may be half written: nothing proves them whole for a retry.
@@ -248,6 +308,7 @@ bool FixedStatePool::PublishCommit(const StepPlan& plan) noexcept {
       ++slot.allocation_generation;
       row.request->fixed_slot = row.slot;
     }
+
     slot.active_bank ^= 1;
     ++slot.state_generation;
     slot.committed_tokens = plan.rows[r].processed_before + plan.rows[r].committed_tokens();
@@ -259,7 +320,7 @@ bool FixedStatePool::PublishCommit(const StepPlan& plan) noexcept {
 
 void FixedStatePool::Discard() noexcept {
   if (state_ != State::Reserved && state_ != State::Prepared) return;
-  ReturnProvisional();
+  ReturnProvisional();  // also unpins checkpoints and drops unmapped new ones
   state_ = State::Idle;
 }
 

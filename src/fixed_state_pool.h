@@ -23,6 +23,15 @@
 //                   provisional ownership.
 //   Discard         from Reserved or Prepared: provisional slots go back; residents untouched.
 //
+// Prefix caching (as onnxruntime-genai 0.18 does for hybrid models): a cached block carries no fixed
+// state, so a new request may adopt cached blocks only up to a fixed-state checkpoint -- a copy of
+// the state a prefill step committed when it ended exactly on a block boundary, keyed by the prefix
+// cache block ending there. `checkpoints` rows per tensor hold them (0.18 keeps max_batch_size),
+// replaced least recently used first (adoption counts as use). A request admitted on a checkpoint
+// gathers it instead of the zero row. A checkpoint is written by PrepareCommit (its victim is
+// dropped there), mapped after the step's blocks were indexed, and dropped when its block leaves
+// the prefix cache.
+//
 // Only one reservation is live at a time. Memory is allocated once at construction: both banks,
 // gather and staging buffers sized for `capacity` rows, per-token capture buffers for
 // `max_tokens` tokens when the decoder captures, and one zero row per tensor (the gather source of
@@ -53,8 +62,9 @@ class FixedStatePool {
  public:
   // `row_bytes`: one request's row of each fixed tensor. `capture`: the decoder also writes every
   // packed token's state into [max_tokens, row] capture buffers.
+  // `checkpoints` > 0 (prefix caching) keeps that many checkpoint rows (see IndexCheckpointsOver).
   FixedStatePool(const std::vector<size_t>& row_bytes, size_t capacity, size_t max_tokens, bool capture,
-                 FaultInjector* faults);
+                 FaultInjector* faults, size_t checkpoints = 0);
   ~FixedStatePool();
   FixedStatePool(const FixedStatePool&) = delete;
   FixedStatePool& operator=(const FixedStatePool&) = delete;
@@ -88,9 +98,19 @@ class FixedStatePool {
 
   // Throws ContractError when publishing the plan would be wrong; changes nothing.
   void ValidateCommit(const StepPlan& plan) const;
-  // Writes every row's new state into its slot's inactive bank. On failure the pool is unhealthy,
-  // the reservation's provisional slots are returned, and the error is rethrown.
-  void PrepareCommit(const StepPlan& plan);
+  // A plan row whose new state becomes a checkpoint for `block` (the block its step ends with).
+  // `ancestor`: the least recently used checkpoint of a shorter prefix of the same tokens, which a
+  // full pool replaces first (0.18 does so; observed), -1 = none.
+  struct CheckpointRequest {
+    size_t row = 0;
+    int32_t block = -1;
+    int32_t ancestor = -1;
+  };
+  // Writes every row's new state into its slot's inactive bank, and the requested checkpoints
+  // (each replacing a free checkpoint, an ancestor, or the least recently used one; a checkpoint this
+  // step's admissions read was gathered at Reserve and may go). On failure the pool is
+  // unhealthy, the reservation's provisional slots are returned, and the error is rethrown.
+  void PrepareCommit(const StepPlan& plan, const std::vector<CheckpointRequest>& checkpoints = {});
   // Makes the prepared state visible. Returns false (and changes nothing) unless the reservation
   // is prepared for this plan: a state-machine misuse the caller treats as fatal.
   bool PublishCommit(const StepPlan& plan) noexcept;
@@ -98,6 +118,55 @@ class FixedStatePool {
   void Discard() noexcept;
   // Frees the slot `request` owns (close, abandonment, unserviceable, rewind).
   void Release(Request& request) noexcept;
+
+  // Checkpoints (prefix caching) are keyed by the blocks [0, num_blocks) of the paged pool, which is
+  // sized after this pool; called once, before the first step.
+  void IndexCheckpointsOver(size_t num_blocks) {
+    if (!checkpoints_.empty()) block_checkpoint_.assign(num_blocks, -1);
+  }
+  bool checkpoints_enabled() const { return !block_checkpoint_.empty(); }
+  // Whether adopting cached blocks up to and including `block` has the state to continue from.
+  bool HasCheckpoint(int32_t block) const {
+    return !block_checkpoint_.empty() && block_checkpoint_[static_cast<size_t>(block)] >= 0;
+  }
+  // After the step's blocks were indexed: the checkpoint PrepareCommit wrote for `pending_block`
+  // belongs to `indexed_block`, the indexed block with the same content and prefix (the step's own
+  // block, or the one it duplicates); kept only if that block has no checkpoint yet (-1: dropped).
+  void PublishCheckpoint(int32_t pending_block, int32_t indexed_block) noexcept {
+    for (size_t i = 0; i < checkpoints_.size(); ++i) {
+      Checkpoint& checkpoint = checkpoints_[i];
+      if (checkpoint.pending_block != pending_block) continue;
+      checkpoint.pending_block = -1;
+      if (indexed_block < 0 || block_checkpoint_[static_cast<size_t>(indexed_block)] >= 0) return;
+      checkpoint.block = indexed_block;
+      checkpoint.last_use = ++clock_;
+      block_checkpoint_[static_cast<size_t>(indexed_block)] = static_cast<int32_t>(i);
+      return;
+    }
+  }
+  // Frees the checkpoints this step wrote that no PublishCheckpoint placed.
+  void EndCheckpointPublication() noexcept {
+    for (Checkpoint& checkpoint : checkpoints_) checkpoint.pending_block = -1;
+  }
+  // `block` left the prefix cache (freed or evicted): its checkpoint goes.
+  void DropCheckpoint(int32_t block) noexcept {
+    if (block_checkpoint_.empty()) return;
+    int32_t& index = block_checkpoint_[static_cast<size_t>(block)];
+    if (index < 0) return;
+    checkpoints_[static_cast<size_t>(index)].block = -1;
+    index = -1;
+  }
+  struct Checkpoint {
+    int32_t block = -1;          // the indexed block it belongs to; -1 = free
+    int32_t pending_block = -1;  // written by the prepared step, mapped after indexing
+    size_t tokens = 0;           // tokens the state holds (the block's end)
+    uint64_t last_use = 0;
+  };
+  const std::vector<Checkpoint>& checkpoints() const { return checkpoints_; }
+  uint64_t checkpoint_last_use(int32_t checkpoint) const { return checkpoints_[static_cast<size_t>(checkpoint)].last_use; }
+  int32_t checkpoint_of(int32_t block) const {
+    return block_checkpoint_.empty() ? -1 : block_checkpoint_[static_cast<size_t>(block)];
+  }
 
   // For the invariant checker and introspection.
   const std::vector<FixedStateSlot>& slots() const { return slots_; }
@@ -116,6 +185,7 @@ class FixedStatePool {
     uint8_t* staging = nullptr;              // [capacity, row]
     uint8_t* captured = nullptr;             // [max_tokens, row], capture only
     uint8_t* zero = nullptr;                 // [row] zeros
+    uint8_t* checkpoints = nullptr;          // [checkpoints, row]
   };
 
   // One reserved row: where its state lives and what Reserve saw of the slot.
@@ -123,7 +193,9 @@ class FixedStatePool {
     Request* request = nullptr;
     int32_t slot = -1;
     bool provisional = false;
-    uint64_t allocation_generation = 0;  // checkpoint (residents)
+    int32_t checkpoint = -1;             // provisional rows admitted on a prefix-cache checkpoint
+    int32_t checkpoint_block = -1;       // the block it belonged to at Reserve
+    uint64_t allocation_generation = 0;  // as Reserve saw the slot (residents)
     uint64_t state_generation = 0;
     size_t committed_tokens = 0;
     uint8_t active_bank = 0;
@@ -139,6 +211,12 @@ class FixedStatePool {
   bool BindDirect();
   void BindFallback();
   void ReturnProvisional() noexcept;
+  // A checkpoint row for a new checkpoint: a free one, else `ancestor` (see CheckpointRequest), else
+  // the least recently used one; never one this step wrote already; -1 when every one is.
+  int32_t TakeCheckpointVictim(int32_t ancestor) noexcept;
+  uint8_t* CheckpointRow(size_t tensor, size_t checkpoint) const {
+    return tensors_[tensor].checkpoints + checkpoint * tensors_[tensor].row_bytes;
+  }
   // The source of row `r`'s new state for `plan` (staging, a captured token, or null when the
   // direct output already holds it).
   const uint8_t* NewStateSource(size_t tensor, size_t r, const RequestStepPlan& row) const;
@@ -162,6 +240,10 @@ class FixedStatePool {
   std::vector<const void*> inputs_;
   std::vector<void*> outputs_;
   std::vector<void*> captures_;
+
+  std::vector<Checkpoint> checkpoints_;
+  std::vector<int32_t> block_checkpoint_;  // per block: its checkpoint, -1 = none
+  uint64_t clock_ = 0;
 };
 
 }  // namespace oga

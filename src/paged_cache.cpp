@@ -79,6 +79,7 @@ int32_t PagedKeyValueCache::TakeBlock() {
   } else {
     block = prefix_ ? prefix_->EvictOldest() : -1;
     if (block < 0) throw ContractError("the block pool ran out during a reservation");
+    if (fixed_) fixed_->DropCheckpoint(block);
   }
   refs_[static_cast<size_t>(block)] = 1;
   return block;
@@ -90,6 +91,7 @@ void PagedKeyValueCache::Unref(int32_t block) {
   if (prefix_ && prefix_->indexed(block)) {
     prefix_->MakeEvictable(block);
   } else {
+    if (fixed_) fixed_->DropCheckpoint(block);
     pool_.Give(block);
   }
 }
@@ -148,8 +150,43 @@ void PagedKeyValueCache::ValidateCommit(const StepPlan& plan) const {
   if (fixed_) fixed_->ValidateCommit(plan);
 }
 
+int32_t PagedKeyValueCache::ReservedTableBlock(const StepPlan& plan, size_t row, size_t index) const {
+  const BlockTable* table = TableOf(*plan.rows[row].request);
+  const size_t owned = table ? table->blocks.size() : 0;
+  if (index < owned) return table->blocks[index];
+  const size_t at = reserved_begin_[row] + (index - owned);
+  return at < reserved_begin_[row + 1] ? reserved_[at] : -1;
+}
+
 void PagedKeyValueCache::PrepareCommit(const StepPlan& plan) {
-  if (fixed_) fixed_->PrepareCommit(plan);
+  if (!fixed_) return;
+  checkpoint_requests_.clear();
+  if (prefix_ && fixed_->checkpoints_enabled()) {
+    // A prefill step that ends exactly on a block boundary leaves a state later prompts sharing
+    // that prefix can start from.
+    for (size_t r = 0; r < plan.rows.size(); ++r) {
+      const RequestStepPlan& row = plan.rows[r];
+      const size_t boundary = row.processed_before + row.committed_tokens();
+      if (!row.prefill || boundary == 0 || boundary % block_size_ != 0) continue;
+      const int32_t block = ReservedTableBlock(plan, r, boundary / block_size_ - 1);
+      if (block < 0) continue;
+      // The least recently used checkpoint of a shorter prefix of the same tokens (walked through
+      // the index, so a recomputed duplicate finds its indexed twin's).
+      int32_t ancestor = -1;
+      int32_t parent = -1;
+      for (size_t i = 0; i + 1 < boundary / block_size_; ++i) {
+        parent = prefix_->Find(parent, row.request->tokens.data() + i * block_size_);
+        if (parent < 0) break;
+        const int32_t checkpoint = fixed_->checkpoint_of(parent);
+        if (checkpoint >= 0 &&
+            (ancestor < 0 || fixed_->checkpoint_last_use(checkpoint) < fixed_->checkpoint_last_use(ancestor))) {
+          ancestor = checkpoint;
+        }
+      }
+      checkpoint_requests_.push_back({r, block, ancestor});
+    }
+  }
+  fixed_->PrepareCommit(plan, checkpoint_requests_);
 }
 
 size_t PagedKeyValueCache::KeptBlocks(const RequestStepPlan& row, size_t owned) const {
@@ -217,12 +254,47 @@ void PagedKeyValueCache::IndexCommitted(const StepPlan& plan) {
     if (request.cache_slot < 0) continue;
     const BlockTable& table = tables_[static_cast<size_t>(request.cache_slot)];
     const size_t full = std::min(table.committed_slots, request.tokens.size()) / block_size_;
-    for (size_t i = row.processed_before / block_size_; i < full && i < table.blocks.size(); ++i) {
-      const int32_t parent = i > 0 ? table.blocks[i - 1] : -1;
+    const size_t first = row.processed_before / block_size_;
+    if (first >= full || first >= table.blocks.size()) continue;
+    int32_t parent = first > 0 ? table.blocks[first - 1] : -1;
+    if (fixed_ && parent >= 0 && !prefix_->indexed(parent)) {
+      // Hybrid models recompute indexed blocks whenever no fixed-state checkpoint lets them adopt:
+      // the new blocks then continue the indexed twin's chain (as 0.18 indexes them).
+      parent = -1;
+      for (size_t i = 0; i < first && (i == 0 || parent >= 0); ++i) {
+        parent = prefix_->Find(parent, request.tokens.data() + i * block_size_);
+      }
+    }
+    for (size_t i = first; i < full && i < table.blocks.size(); ++i) {
       // A duplicate of an indexed block (the same prompt admitted twice at once) stays private.
       prefix_->Register(table.blocks[i], parent, request.tokens.data() + i * block_size_);
+      if (prefix_->indexed(table.blocks[i])) {
+        parent = table.blocks[i];
+      } else if (fixed_ && parent >= -1) {
+        parent = prefix_->Find(parent, request.tokens.data() + i * block_size_);  // its indexed twin
+        if (parent < 0) break;
+      } else {
+        parent = table.blocks[i];  // paged models: the chain stops at a duplicate
+      }
     }
   }
+  if (fixed_ && !checkpoint_requests_.empty()) {
+    // A checkpoint belongs to the indexed block its prefix resolves to: the row's own block, or the
+    // indexed twin of a block it computed again (a duplicate stays private).
+    for (const FixedStatePool::CheckpointRequest& checkpoint : checkpoint_requests_) {
+      const Request& request = *plan.rows[checkpoint.row].request;
+      const RequestStepPlan& row = plan.rows[checkpoint.row];
+      const size_t blocks = (row.processed_before + row.committed_tokens()) / block_size_;
+      int32_t block = -1;
+      for (size_t i = 0; i < blocks; ++i) {
+        block = prefix_->Find(block, request.tokens.data() + i * block_size_);
+        if (block < 0) break;
+      }
+      fixed_->PublishCheckpoint(checkpoint.block, block);
+    }
+    checkpoint_requests_.clear();
+  }
+  if (fixed_) fixed_->EndCheckpointPublication();
 }
 
 }  // namespace oga

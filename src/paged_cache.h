@@ -60,7 +60,12 @@ class PagedKeyValueCache {
   const BlockTable* TableOf(const Request& request) const;
 
   // Hybrid models: the fixed-state pool joins every transaction from now on.
-  void EnableFixedState(std::unique_ptr<FixedStatePool> pool) { fixed_ = std::move(pool); }
+  void EnableFixedState(std::unique_ptr<FixedStatePool> pool) {
+    fixed_ = std::move(pool);
+    checkpoint_requests_.reserve(tables_.size());
+  }
+  // Hybrid models with prefix caching: adopting cached blocks up to `block` needs its checkpoint.
+  bool AdoptableWithFixedState(int32_t block) const { return fixed_ == nullptr || fixed_->HasCheckpoint(block); }
   FixedStatePool* fixed_state() { return fixed_.get(); }
   const FixedStatePool* fixed_state() const { return fixed_.get(); }
 
@@ -103,6 +108,8 @@ class PagedKeyValueCache {
   size_t KeptBlocks(const RequestStepPlan& row, size_t owned) const;
   // A block for the reservation: a free one, else the least recently released indexed one.
   int32_t TakeBlock();
+  // The block at logical index `index` of plan row `row`'s table during the live reservation.
+  int32_t ReservedTableBlock(const StepPlan& plan, size_t row, size_t index) const;
   // One reference fewer; an unreferenced block becomes evictable if indexed, else free.
   void Unref(int32_t block);
   // One reference more to an indexed block (no longer evictable).
@@ -119,6 +126,7 @@ class PagedKeyValueCache {
   std::vector<int32_t> refs_;          // per block: tables and reservation entries holding it
   std::unique_ptr<PrefixCache> prefix_;  // null without prefix caching
   std::unique_ptr<FixedStatePool> fixed_;  // null without fixed state
+  std::vector<FixedStatePool::CheckpointRequest> checkpoint_requests_;  // per step, capacity max rows
   bool reservation_live_ = false;
 };
 

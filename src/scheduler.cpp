@@ -102,13 +102,21 @@ bool DynamicBatchScheduler::Consider(Request& request, bool newly_admitted, bool
     for (; cached < limit; ++cached) {
       const int32_t block = cache_.FindCached(parent, request.tokens.data() + cached * block_size);
       if (block < 0) break;
+      plan.cached_block_ids.push_back(block);  // capacity reserved for a full step
+      parent = block;
+    }
+    // Hybrid models: only as far as a fixed-state checkpoint (the state after the last adopted block).
+    while (cached > 0 && !cache_.AdoptableWithFixedState(plan.cached_block_ids[cached_begin + cached - 1])) {
+      --cached;
+      plan.cached_block_ids.pop_back();
+    }
+    for (size_t i = 0; i < cached; ++i) {
+      const int32_t block = plan.cached_block_ids[cached_begin + i];
       if (cache_.evictable(block) &&
           std::find(plan.cached_block_ids.begin(), plan.cached_block_ids.begin() + cached_begin, block) ==
               plan.cached_block_ids.begin() + cached_begin) {
         ++cached_evictable;  // not yet adopted by an earlier row of this step
       }
-      plan.cached_block_ids.push_back(block);  // capacity reserved for a full step
-      parent = block;
     }
     // Cache-aware admission: when a request still prefilling (resident, or admitted earlier in this
     // plan) is computing more of this prompt's blocks than the index holds, wait for them to be

@@ -592,8 +592,20 @@ LOAD_ERRORS = [
      "model.decoder.outputs.present_key_names template 'present.key' must contain exactly one %d"),
     (sliding_config([4]), "Sliding-window layer index is outside the decoder layer range."),
     (sliding_config([2]), "Every sliding-window layer must belong to the paged_kv decoder state group."),
-    (static_fixed_config(), "Fixed decoder state groups require engine.dynamic_batching"),
 ]
+
+
+def test_fixed_groups_without_dynamic_batching_load_but_the_engine_refuses_them(lib, tmp_path, loader):
+    """As onnxruntime-genai 0.18: og.Model succeeds, og.Engine raises."""
+    fake = loader()
+    write_config(tmp_path, static_fixed_config())
+    model, msg = load_model(lib, tmp_path)
+    assert msg is None and len(fake.calls) == 1
+    engine = P()
+    assert error(lib, lib.OgaCreateEngine(model, byref(engine))) == \
+        "Fixed decoder state groups require engine.dynamic_batching"
+    assert engine.value is None
+    lib.OgaDestroyModel(model)
 
 
 @pytest.mark.parametrize("cfg,expected", LOAD_ERRORS)

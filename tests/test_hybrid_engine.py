@@ -304,18 +304,109 @@ def test_partially_accepted_drafts_replay_the_accepted_state(seed):
         assert [ogt.fixed_state_row(r, t) for t in range(TENSORS)] == [expected_row(history, t) for t in range(TENSORS)]
 
 
-def test_prefix_caching_is_off_for_hybrid_models_and_refused_when_asked_for():
-    model = ogt.create_test_model(**hybrid_cfg(prefix_caching=None))  # key omitted: on for paged models
-    engine = og.Engine(model)
-    prompt = list(range(2, 14))
-    usage = []
-    for _ in range(2):
-        r = engine.create_request()
-        r.begin_turn(prompt, turn_options(r, max_gen=1))
-        usage += [e.usage for e in drive(engine) if e.flags & TURN_FINISHED]
-    assert [u[2] for u in usage] == [0, 0]  # nothing adopted: cached blocks carry no fixed state
-    with pytest.raises(RuntimeError, match="Prefix caching does not yet support fixed decoder state groups"):
-        og.Engine(ogt.create_test_model(**hybrid_cfg(prefix_caching=True)))
+def cached_turn(engine, prompt, max_gen=1, request=None):
+    """One greedy turn; returns (request, tokens, cached_prompt_tokens). Checks the oracle."""
+    request = request or engine.create_request()
+    request.begin_turn(prompt, turn_options(request, max_gen=max_gen))
+    events = drive(engine)
+    tokens = [e.token for e in events if e.request is request and e.flags & TOKEN]
+    finished = [e for e in events if e.request is request and e.flags & TURN_FINISHED]
+    return request, tokens, finished[-1].usage[2]
+
+
+def checkpoint_engine(**cfg):
+    # prefix caching as 0.18 runs it by default (key absent); 16-token steps of 4-token blocks
+    return og.Engine(ogt.create_test_model(**hybrid_cfg(prefix_caching=None, max_scheduled_tokens=16, **cfg)))
+
+
+def test_prefix_caching_adopts_blocks_up_to_a_fixed_state_checkpoint():
+    """As onnxruntime-genai 0.18 does for hybrid models (observed on the builder's hybrid decoders):
+    a prefill step that ends on a block boundary leaves a fixed-state checkpoint; a new prompt adopts
+    cached blocks only up to the last checkpoint its prefix reaches. The test executor checks the
+    adopted state (the checkpoint) against the token history."""
+    engine = checkpoint_engine()
+    p27 = list(range(3, 30))
+    r1, t1, c1 = cached_turn(engine, p27, 3)
+    r2, t2, c2 = cached_turn(engine, p27, 3)
+    assert (c1, c2) == (0, 16)  # steps [0, 16) and [16, 27): one checkpoint, at 16
+    assert t1 == t2 == OracleSequence().turn(p27, max_gen=3)[0]
+    p40 = [2 + (5 * i) % 61 for i in range(40)]
+    cached_turn(engine, p40, 2)
+    assert cached_turn(engine, p40, 2)[2] == 32  # checkpoints at 16 and 32
+    p16 = list(range(5, 21))
+    assert cached_turn(engine, p16, 2)[2] == 0
+    assert cached_turn(engine, p16, 2)[2] == 0  # at most 12 adoptable tokens: no checkpoint there
+    assert cached_turn(engine, p16 + [50, 51, 52, 53], 2)[2] == 16  # the step that ended the prompt at 16
+    # decode steps leave no checkpoint: 10 prompt tokens + 8 generated reach 16 by decoding
+    p10 = list(range(30, 40))
+    _, gen, _ = cached_turn(engine, p10, 12)
+    assert cached_turn(engine, p10 + gen[:8], 1)[2] == 0
+    # a continuation prefill that ends on a boundary does
+    a, ta, _ = cached_turn(engine, [20 + i for i in range(10)], 3)
+    a, ta2, _ = cached_turn(engine, [50, 51, 52], 2, request=a)
+    history = [20 + i for i in range(10)] + ta + [50, 51, 52]
+    assert len(history) == 16
+    assert cached_turn(engine, history + ta2[:1] + [60, 61, 62], 1)[2] == 16
+
+
+def test_fixed_state_checkpoints_are_replaced_least_recently_used_first():
+    """max_batch_size checkpoints (0.18 keeps that many): re-running the most recent prompts finds
+    exactly that many; adoption counts as use."""
+    for slots in (2, 4):
+        engine = checkpoint_engine(max_batch_size=slots, num_blocks=256)
+        prompts = [[3 + k] + [3 + (k * 7 + j * 3) % 60 for j in range(16)] for k in range(10)]
+        for p in prompts:
+            r, _, _ = cached_turn(engine, p)
+            r.close()
+        hits = []
+        for p in reversed(prompts[-6:]):
+            r, _, cached = cached_turn(engine, p + [5])
+            r.close()
+            hits.append(cached)
+        assert hits == [16] * slots + [0] * (6 - slots)
+        ogt.check_invariants(engine)
+
+
+def test_a_full_checkpoint_pool_replaces_a_shorter_prefix_of_the_same_tokens_first():
+    """A 40-token prompt leaves checkpoints at 16, 32 and 40; a 33-token one at 16 and 32: with four
+    checkpoints the fifth replaces the second prompt's own 16, not the oldest (the first prompt's
+    16), as 0.18 does. Each probe runs on a fresh engine after the same history."""
+    a = [2 + (5 * i) % 61 for i in range(40)]
+    b = list(range(30, 46)) + [5] * 16 + [6]
+    probes = {"a16": (a[:16] + [9], 16), "a32": (a[:32] + [9], 32), "b16": (b[:16] + [9], 0),
+              "b32": (b[:32] + [9], 32)}
+    for name, (prompt, cached) in probes.items():
+        engine = checkpoint_engine(max_batch_size=4, num_blocks=256)
+        for history in (a, b):
+            r, _, _ = cached_turn(engine, history)
+            r.close()
+        assert cached_turn(engine, prompt)[2] == cached, name
+
+
+def test_prefix_caching_false_keeps_hybrid_prompts_uncached():
+    engine = og.Engine(ogt.create_test_model(**hybrid_cfg(prefix_caching=False, max_scheduled_tokens=16)))
+    p27 = list(range(3, 30))
+    assert [cached_turn(engine, p27)[2] for _ in range(2)] == [0, 0]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_checkpointed_adoption_in_a_busy_workload_keeps_every_stream(seed):
+    """Shared prompt prefixes, chunked prefills, slot and checkpoint reuse under a small block pool
+    (evictions): streams equal the oracle; the executor accepts every adopted state."""
+    rng = random.Random(100 + seed)
+    base = [rng.randrange(2, 64) for _ in range(24)]
+    jobs = [Job([Turn(base + [5], max_gen=2)])]  # alone first: its 8- or 16-token steps leave checkpoints
+    for _ in range(12):
+        cut = rng.choice([0, 8, 12, 16, 20, 24])
+        prompt = base[:cut] + [rng.randrange(2, 64) for _ in range(rng.randrange(1, 10))]
+        jobs.append(Job([Turn(prompt, max_gen=rng.randrange(1, 6))], start_run=rng.randrange(6, 40)))
+    cfg = hybrid_cfg(prefix_caching=None, max_batch_size=3, max_scheduled_tokens=rng.choice([8, 16]),
+                     num_blocks=40)
+    result = run_workload(cfg, jobs)
+    expected = expected_workload(jobs, cfg)
+    strip = lambda evs: [e[:5] for e in evs]  # usage differs by what was adopted
+    assert [strip(e) for e in result.per_job] == [strip(e) for e in expected]
+    assert sum(e[5][2] for evs in result.per_job for e in evs) > 0
 
 
 def test_fallback_only_is_rejected_for_models_without_fixed_state():

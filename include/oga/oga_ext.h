@@ -260,7 +260,12 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaExtSetGuidanceLibrary(const char* path);
  * execution failure. The exact formulas are in src/test_executor.cpp.
  *
  * config_json is a genai_config.json document plus an optional "test_model" object:
- *   {"per_token_logits": bool (default false), "max_block_table_columns": int (default 0)}
+ *   {"per_token_logits": bool (default false), "max_block_table_columns": int (default 0),
+ *    "windowed_block_table": bool (the executor keeps and checks a sliding-window ring),
+ *    "fixed_state_row_words": int >= 2 (default 2), "fixed_state_capture": bool (default false)}
+ * With fixed_conv / fixed_recurrent groups in model.decoder.state_groups the test model is a hybrid
+ * decoder: one fixed state tensor per fixed binding, rows of fixed_state_row_words 8-byte words,
+ * each row's input checked against the row's token history (see src/test_executor.cpp).
  * ------------------------------------------------------------------------------------------- */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtCreateTestModel(const char* config_json, OgaModel** out);
 

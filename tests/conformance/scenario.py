@@ -99,6 +99,7 @@ def build_model_dirs(root) -> Dict[str, Tuple[str, Optional[str]]]:
                             style="spm" if tokenizer == "spm" else "byte_level")
         dirs[name] = (path, overlay)
     dirs.update(build_ring_model_dirs(root))
+    dirs.update(build_hybrid_model_dirs(root))
     # The static path runs OGA's own CPU build (contiguous GroupQueryAttention caches), made by
     # onnxruntime-genai's builder from a fixed random Llama checkpoint (tests/static_models.py).
     from static_models import build_tiny_llama
@@ -171,6 +172,101 @@ def build_ring_model_dirs(root) -> Dict[str, Tuple[str, Optional[str]]]:
         if not os.path.exists(os.path.join(path, "genai_config.json")):
             spec = ring_model_spec(cfg.pop("window"), cfg.pop("layers"))
             build(None, path, random_spec=spec, seed=MODEL_SEED, context_length=64, **cfg)
+        dirs[name] = (path, overlay)
+    return dirs
+
+
+# ---------------------------------------------------------------------------------------------
+# Hybrid models (fixed_conv / fixed_recurrent state groups beside paged_kv)
+# ---------------------------------------------------------------------------------------------
+# Random decoders (vocab 97, EOS 2, hidden 64, seed 3) whose short-convolution ("conv", kernel 3) and
+# linear-recurrent ("recurrent") layers keep one fixed-size state row per request beside the paged
+# attention layers, block size 4, context 128, 96 blocks (three residents of 128 tokens).
+# "hybrid_crca": conv, attention, recurrent, attention; 3 slots, 8 query tokens per step (a 40-token
+# prompt prefills in five steps). "hybrid_mixed5": recurrent, conv, attention, conv, recurrent (one KV
+# head, tied embeddings); 3 slots, 6 query tokens per step. Both set engine.dynamic_batching.prefix_caching
+# false in genai_config.json, so that usage does not depend on earlier scenarios' prompts; `prefix_caching`
+# None drops the key instead ("hybrid_crca_prefix": the same graph with the key absent: prefix caching up
+# to fixed-state checkpoints). "hybrid_drafts": "hybrid_crca" built with per_token_logits but without
+# per-token fixed-state outputs: both report 0 draft tokens per proposal; "hybrid_drafts_capture" has
+# them (oga verifies drafts, 0.18 does not). "hybrid_crca_static": no engine.dynamic_batching. A key
+# with `same_as` reuses a directory with an overlay; `copy_of` copies a directory and rewrites its
+# genai_config.json.
+HYBRID_MODEL_CONFIGS: Dict[str, dict] = {
+    "hybrid_crca": dict(layer_types=["conv", "attention", "recurrent", "attention"], block_size=4, num_blocks=96,
+                        max_batch_size=3, max_scheduled_tokens=8, prefix_caching=False),
+    "hybrid_mixed5": dict(layer_types=["recurrent", "conv", "attention", "conv", "recurrent"], num_kv_heads=1,
+                          tie_word_embeddings=True, block_size=4, num_blocks=96, max_batch_size=3,
+                          max_scheduled_tokens=6, prefix_caching=False),
+    # prefix caching absent: 0.18 adopts cached blocks up to a fixed-state checkpoint, oga caches nothing
+    "hybrid_crca_prefix": dict(copy_of="hybrid_crca", prefix_caching=None),
+    # at most two residents
+    "hybrid_crca_batch2": dict(same_as="hybrid_crca",
+                               overlay='{"engine": {"dynamic_batching": {"max_batch_size": 2}}}'),
+    "hybrid_drafts": dict(layer_types=["conv", "attention", "recurrent", "attention"], block_size=4, num_blocks=96,
+                          max_batch_size=3, max_scheduled_tokens=8, prefix_caching=False, per_token_logits=True,
+                          state_capture=False),
+    "hybrid_drafts_capture": dict(layer_types=["conv", "attention", "recurrent", "attention"], block_size=4,
+                                  num_blocks=96, max_batch_size=3, max_scheduled_tokens=8, prefix_caching=False,
+                                  per_token_logits=True),
+    "hybrid_crca_static": dict(copy_of="hybrid_crca", prefix_caching=None, drop_dynamic_batching=True),
+}
+
+
+def hybrid_model_spec(layer_types, **overrides):
+    from oga.models.random_weights import tiny_spec
+
+    return tiny_spec(vocab_size=97, context_length=128, num_layers=len(layer_types), layer_types=list(layer_types),
+                     conv_kernel=3, **overrides)
+
+
+def _edit_genai_config(path, prefix_caching, drop_dynamic_batching=False):
+    """Sets (or, for None, removes) engine.dynamic_batching.prefix_caching in path/genai_config.json, or
+    removes engine.dynamic_batching."""
+    import json
+    import os
+
+    config_path = os.path.join(path, "genai_config.json")
+    with open(config_path, encoding="utf-8") as f:
+        config = json.load(f)
+    batching = config["engine"]["dynamic_batching"]
+    if drop_dynamic_batching:
+        del config["engine"]["dynamic_batching"]
+    elif prefix_caching is None:
+        batching.pop("prefix_caching", None)
+    else:
+        batching["prefix_caching"] = prefix_caching
+    with open(config_path, "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=4)
+
+
+def build_hybrid_model_dirs(root) -> Dict[str, Tuple[str, Optional[str]]]:
+    """{configuration name: (directory, overlay or None)} for HYBRID_MODEL_CONFIGS; builds the missing ones."""
+    import os
+    import shutil
+
+    from oga.models import build
+
+    dirs = {}
+    for name, cfg in HYBRID_MODEL_CONFIGS.items():
+        cfg = dict(cfg)
+        overlay = cfg.pop("overlay", None)
+        path = os.path.join(str(root), name)
+        if "same_as" in cfg:
+            dirs[name] = (dirs[cfg["same_as"]][0], overlay)
+            continue
+        prefix_caching = cfg.pop("prefix_caching")
+        if "copy_of" in cfg:
+            if not os.path.exists(os.path.join(path, "genai_config.json")):
+                shutil.copytree(dirs[cfg["copy_of"]][0], path)
+                _edit_genai_config(path, prefix_caching, cfg.get("drop_dynamic_batching", False))
+            dirs[name] = (path, overlay)
+            continue
+        if not os.path.exists(os.path.join(path, "genai_config.json")):
+            overrides = {k: cfg.pop(k) for k in ("num_kv_heads", "tie_word_embeddings") if k in cfg}
+            spec = hybrid_model_spec(cfg.pop("layer_types"), **overrides)
+            build(None, path, random_spec=spec, seed=MODEL_SEED, context_length=128, **cfg)
+            _edit_genai_config(path, prefix_caching)
         dirs[name] = (path, overlay)
     return dirs
 

@@ -1439,5 +1439,237 @@ ring("ring_prefix_caching",
      + ring_overlay("prefix caching true", '{"engine": {"dynamic_batching": {"prefix_caching": true}}}', "pt"),
      expect=raises("Prefix caching does not yet support sliding-window"))
 
+# ---------------------------------------------------------------------------------------------
+# Hybrid models (scenario.HYBRID_MODEL_CONFIGS): fixed_conv / fixed_recurrent state beside paged KV
+# ---------------------------------------------------------------------------------------------
+# hybrid_crca: conv, attention, recurrent, attention; 3 slots, 8 query tokens per step (a 40-token
+# prompt prefills in five steps, the first token comes with the fifth). hybrid_mixed5: recurrent,
+# conv, attention, conv, recurrent; 3 slots, 6 query tokens per step. Both set prefix_caching false
+# (0.18 would otherwise adopt cached blocks of a repeated prompt; see hybrid_prefix_caching_absent).
+HYB_P40 = list(range(3, 43))
+HYB_P40B = [(7 * i + 5) % 90 + 3 for i in range(40)]
+HYB_P27 = list(range(60, 87))
+HYB_P13 = [(11 * i + 4) % 90 + 3 for i in range(13)]
+HYB_P5 = [9, 4, 77, 31, 8]
+HYBRID_DRAFTS = "Drafts on hybrid models need per-token state outputs"
+
+
+def turn_tokens(recs, req, turn):
+    """The tokens of req's turn `turn` in a recorded stream."""
+    return [e[3] for e in _evs(recs) if e[1] == req and e[2] == turn and e[0] & TOKEN]
+
+
+def same_turn_tokens(a, b, min_tokens=1):
+    """0.18 streams the same tokens (at least min_tokens) for turns a and b, each (request, turn)."""
+    def pred(recs):
+        ta, tb = turn_tokens(recs, *a), turn_tokens(recs, *b)
+        return len(ta) >= min_tokens and ta == tb
+    return pred
+
+
+def hybrid(name, actions, model="hybrid_crca", **kw):
+    sc(name, actions, model=model, **kw)
+
+
+hybrid_overlay = ring_overlay  # model(overlay) then an engine from it
+
+
+hybrid("hybrid_long_prompt_long_generation",
+       [capabilities(), create("r1"), begin("r1", HYB_P40, max_gen=80), pending(), drain(64)],
+       expect=has_reason(MAXGEN_R))
+hybrid("hybrid_long_prompt_long_generation_mixed5",
+       [capabilities(), create("r1"), begin("r1", HYB_P40, max_gen=80), drain(64), create("r2"),
+        begin("r2", HYB_P40B, max_gen=60), drain(64)], model="hybrid_mixed5", expect=has_reason(MAXGEN_R))
+hybrid("hybrid_prefill_step_by_step",
+       # 8 query tokens per step: alone, the 40-token prompt takes 5 steps and its first token comes with
+       # the fifth; r2's prompt joins after two steps and shares the budget
+       [create("r1"), create("r2"), begin("r1", HYB_P40, max_gen=4), run(64, times=2, label="two runs"),
+        begin("r2", HYB_P27, max_gen=4), run(64, times=8, label="eight runs"), drain(64)])
+hybrid("hybrid_concurrent_admissions_and_departures",
+       # three slots: r2 closes mid-decode, r3 closes during its prefill; r4 and r5 take their slots,
+       # r5 repeats r1's prompt and r6 r2's on reused slots (the same tokens)
+       [create("r1"), create("r2"), create("r3"), begin("r1", HYB_P40, max_gen=12), begin("r2", HYB_P13, max_gen=20),
+        run(64, times=8, label="mixed prefill, then decodes"), begin("r3", HYB_P40B, max_gen=10),
+        run(64, times=2, label="r3 prefilling"), close("r2", label="r2 closes mid-decode"),
+        run(64, label="r3 still prefilling"), close("r3", label="r3 closes during prefill"), create("r4"),
+        begin("r4", HYB_P27, max_gen=16), create("r5"),
+        begin("r5", HYB_P40, max_gen=12, label="r5 repeats r1 on a reused slot"), drain(64, label="r4 and r5 run"),
+        close("r1"), create("r6"), begin("r6", HYB_P13, max_gen=20, label="r6 repeats r2 on a reused slot"),
+        drain(64, label="r6 runs")],
+       expect=all_of(has_reason(MAXGEN_R), same_turn_tokens(("r1", 1), ("r5", 1), 12),
+                     lambda recs: len(turn_tokens(recs, "r2", 1)) >= 3
+                     and turn_tokens(recs, "r6", 1)[:len(turn_tokens(recs, "r2", 1))] == turn_tokens(recs, "r2", 1),
+                     lambda recs: turn_tokens(recs, "r3", 1) == []))
+hybrid("hybrid_concurrent_admissions_and_departures_mixed5",
+       # r3 (short prompt) closes mid-decode, r4 takes its slot while r1 and r2 are still prefilling or
+       # decoding; after r1 departs, r5 repeats r3's prompt on a reused slot
+       [create("r1"), create("r2"), create("r3"), begin("r1", HYB_P40, max_gen=10), begin("r2", HYB_P27, max_gen=20),
+        begin("r3", HYB_P5, max_gen=14), run(64, times=12, label="mixed prefill"),
+        close("r3", label="r3 closes mid-decode"), create("r4"), begin("r4", HYB_P40B, max_gen=25),
+        drain(64, label="r1 departs, r4 admitted"), close("r1"), create("r5"),
+        begin("r5", HYB_P5, max_gen=14, label="r5 repeats r3"), drain(64, label="r5 events")],
+       model="hybrid_mixed5",
+       expect=all_of(has_reason(MAXGEN_R), lambda recs: 2 <= len(turn_tokens(recs, "r3", 1)) < 14
+                     and turn_tokens(recs, "r5", 1)[:len(turn_tokens(recs, "r3", 1))] == turn_tokens(recs, "r3", 1)))
+hybrid("hybrid_three_residents_capacity_1",
+       # one event per run: a step's events are retained and handed out one per run before the next step
+       # runs; r1 closes with a token event retained and r4 (r1's prompt) takes its slot
+       [create("r1"), create("r2"), create("r3"), begin("r1", HYB_P5, max_gen=6), begin("r2", HYB_P13, max_gen=4),
+        begin("r3", [8, 9], max_gen=8), run(1, times=3, label="first runs"), close("r1", label="r1 closes"),
+        create("r4"), begin("r4", HYB_P5, max_gen=6, label="r4 repeats r1"), drain(1)],
+       expect=has_reason(MAXGEN_R))
+hybrid("hybrid_waits_for_a_free_slot",
+       # three slots held by turn-complete residents: a fourth request waits (CAPACITY_BLOCKED) until one closes
+       [create("r1"), create("r2"), create("r3"), create("r4"), begin("r1", HYB_P13, max_gen=3),
+        begin("r2", HYB_P27, max_gen=4), begin("r3", HYB_P5, max_gen=5), drain(64),
+        begin("r4", HYB_P40, max_gen=8), run(64, times=2, label="r4 blocked"),
+        begin("r2", [5, 6, 7], max_gen=6, label="r2 turn 2"), run(64, times=3, label="r2 continues, r4 waits"),
+        close("r1", label="r1 departs"), drain(64, label="r4 takes r1's slot"), close("r3"), create("r5"),
+        begin("r5", HYB_P13, max_gen=3, label="r5 repeats r1"), drain(64)],
+       expect=all_of(has_flag(CAPACITY_BLOCKED, DEFERRED), has_reason(MAXGEN_R),
+                     same_turn_tokens(("r1", 1), ("r5", 1), 3)))
+hybrid("hybrid_waits_for_a_free_slot_batch2",
+       [create("r1"), create("r2"), create("r3"), begin("r1", HYB_P40, max_gen=3), begin("r2", HYB_P27, max_gen=10),
+        drain(64), begin("r3", HYB_P40B, max_gen=8), run(64, times=2, label="r3 blocked"),
+        begin("r2", HYB_P13, max_gen=12, label="r2 turn 2"), run(64, times=3), close("r1", label="r1 departs"),
+        drain(64, label="r3 takes r1's slot"), close("r2"), create("r4"), begin("r4", HYB_P13, max_gen=20), drain(64)],
+       model="hybrid_crca_batch2", expect=all_of(has_flag(CAPACITY_BLOCKED, DEFERRED), has_reason(MAXGEN_R)))
+hybrid("hybrid_continuation_turns",
+       [create("r1"), begin("r1", HYB_P27, max_gen=10), drain(64), begin("r1", HYB_P13, max_gen=10), drain(64),
+        begin("r1", [5, 6, 7], max_gen=8), drain(64), begin("r1", HYB_P40, max_gen=6), drain(64)],
+       expect=has_reason(MAXGEN_R))
+hybrid("hybrid_continuation_turns_mixed5",
+       [create("r1"), create("r2"), begin("r1", HYB_P27, max_gen=10), begin("r2", HYB_P40B, max_gen=30), drain(64),
+        begin("r1", HYB_P13, max_gen=10), drain(64), begin("r1", [5, 6, 7], max_gen=8), begin("r2", [8], max_gen=8),
+        drain(64)], model="hybrid_mixed5")
+hybrid("hybrid_cancel_during_prefill_and_decode",
+       [create("r1"), create("r2"), begin("r1", HYB_P40, max_gen=10), begin("r2", HYB_P27, max_gen=12),
+        run(64, times=3, label="prefill steps"), cancel("r1", 1, label="cancel r1 mid-prefill"), run(64, times=5),
+        cancel("r2", 1, label="cancel r2 mid-decode"), drain(64), begin("r1", HYB_P13, max_gen=6, label="r1 turn 2"),
+        begin("r2", [9, 10], max_gen=6, label="r2 turn 2"), drain(64), create("ref"),
+        begin("ref", HYB_P13, max_gen=6), drain(64, label="reference events")],
+       expect=has_reason(CANCELLED_R))
+hybrid("hybrid_rewind_then_continue",
+       # rewinding to the start of turn 2 keeps turn 1 (prompt and tokens) and the fixed state after it:
+       # turn 4 equals a fresh request that runs turn 1 then turn 4's input; turn 5 (after rewinding turn
+       # 4) repeats turn 4; after rewinding to turn 1, turn 6 equals a fresh request's first turn
+       [create("r1"), begin("r1", HYB_P27, max_gen=6), drain(64), begin("r1", HYB_P13, max_gen=6), drain(64),
+        begin("r1", [40, 41, 42], max_gen=6), drain(64), rewind("r1", 2, label="rewind 2"),
+        begin("r1", HYB_P40B, max_gen=20, label="turn 4"), drain(64, label="turn 4 events"),
+        rewind("r1", 4, label="rewind 4"), begin("r1", HYB_P40B, max_gen=20, label="turn 5 repeats turn 4"),
+        drain(64, label="turn 5 events"), rewind("r1", 1, label="rewind 1"),
+        begin("r1", HYB_P5, max_gen=10, label="turn 6"), drain(64, label="turn 6 events"),
+        create("ref"), begin("ref", HYB_P27, max_gen=6), drain(64), begin("ref", HYB_P40B, max_gen=20),
+        drain(64, label="reference events"), create("ref2"), begin("ref2", HYB_P5, max_gen=10),
+        drain(64, label="fresh request events")],
+       expect=all_of(same_turn_tokens(("r1", 4), ("ref", 2), 20), same_turn_tokens(("r1", 4), ("r1", 5), 20),
+                     same_turn_tokens(("r1", 6), ("ref2", 1), 10)))
+hybrid("hybrid_rewind_then_continue_mixed5",
+       [create("r1"), begin("r1", HYB_P27, max_gen=6), drain(64), begin("r1", HYB_P13, max_gen=6), drain(64),
+        rewind("r1", 2, label="rewind 2"), begin("r1", [5, 6, 7], max_gen=12, label="turn 3"),
+        drain(64, label="turn 3 events"), create("ref"), begin("ref", HYB_P27, max_gen=6), drain(64),
+        begin("ref", [5, 6, 7], max_gen=12), drain(64, label="reference events")],
+       model="hybrid_mixed5", expect=lambda recs: turn_tokens(recs, "r1", 3) == turn_tokens(recs, "ref", 2) != [])
+hybrid("hybrid_release_during_prefill",
+       # the caller drops r1 mid-prefill; r2 carries on and r3 takes the freed slot
+       [create("r1"), create("r2"), begin("r1", HYB_P40, max_gen=6), begin("r2", HYB_P13, max_gen=10),
+        run(64, times=2, label="prefill"), release("r1"), run(64, times=2, label="after release"), create("r3"),
+        begin("r3", HYB_P40, max_gen=6, label="r3 repeats r1"), create("r4"), begin("r4", HYB_P5, max_gen=4),
+        drain(64)], expect=has_reason(MAXGEN_R))
+hybrid("hybrid_budget_overlay",
+       # engine.dynamic_batching.max_scheduled_tokens 3: prefill steps end off block boundaries
+       hybrid_overlay("budget 3", '{"engine": {"dynamic_batching": {"max_scheduled_tokens": 3}}}', "b3")
+       + [create("a", engine="e_b3"), create("b", engine="e_b3"), begin("a", HYB_P27, max_gen=12),
+          begin("b", HYB_P13, max_gen=8), drain(64, engine="e_b3", label="budget 3 events"), create("c"),
+          begin("c", HYB_P27, max_gen=12), drain(64, label="default budget events")],
+       expect=same_turn_tokens(("a", 1), ("c", 1), 12))
+hybrid("hybrid_drafts_are_not_verified",
+       # per-token logits but no per-token fixed-state outputs: no draft verification (0 drafts per proposal)
+       [max_drafts(label="max"), capabilities(), create("r1"), begin("r1", HYB_P13, max_gen=6),
+        run(64, times=2, label="prefill"), drafts("r1", [5, 6], label="drafts"),
+        drafts("r1", [5] * 9, label="9 drafts"), drafts("r1", [500], label="out of range"), drain(64)],
+       model="hybrid_drafts", expect=all_of(lambda recs: recs[0][1] == 0,
+                                            raises("This engine does not support speculative draft verification.")))
+hybrid("hybrid_prefix_caching_false",
+       # prefix_caching false (in genai_config.json and as an overlay): a repeated prompt is computed again
+       [create("r1"), begin("r1", HYB_P27, max_gen=3), drain(64), create("r2"), begin("r2", HYB_P27, max_gen=3),
+        drain(64, label="repeated prompt")]
+       + hybrid_overlay("prefix caching false", '{"engine": {"dynamic_batching": {"prefix_caching": false}}}', "pf")
+       + [create("r3", engine="e_pf"), begin("r3", HYB_P40, max_gen=3), drain(64, engine="e_pf"),
+          create("r4", engine="e_pf"), begin("r4", HYB_P40, max_gen=3), drain(64, engine="e_pf", label="false events")],
+       expect=lambda recs: all(e[7][2] == 0 for e in _evs(recs)))
+HYB_P16 = list(range(5, 21))
+HYB_P10 = list(range(30, 40))
+
+
+def distinct_prompt(k):
+    return [3 + k] + [3 + (k * 7 + j * 3) % 90 for j in range(16)]
+
+
+hybrid("hybrid_prefix_caching_absent",
+       # prefix_caching absent: adoption up to a fixed-state checkpoint, which a prefill step leaves where
+       # it ends on a block boundary (8-token steps: 8, 16, 24 -> 24 of 27 prompt tokens)
+       [create("r1"), begin("r1", HYB_P27, max_gen=3), drain(64, label="first prompt"), create("r2"),
+        begin("r2", HYB_P27, max_gen=3), drain(64, label="repeated prompt"), create("r3"),
+        begin("r3", HYB_P13, max_gen=3), drain(64, label="another prompt"),
+        # a 16-token prompt repeated: at most 12 adoptable tokens, no checkpoint below 16
+        create("r4"), begin("r4", HYB_P16, max_gen=2), drain(64), create("r5"), begin("r5", HYB_P16, max_gen=2),
+        drain(64, label="16 tokens again"), create("r6"), begin("r6", HYB_P16 + [50, 51, 52, 53], max_gen=2),
+        drain(64, label="16 tokens and 4 more")],
+       model="hybrid_crca_prefix",
+       expect=lambda recs: any(e[1] == "r2" and e[0] & TURN_FINISHED and e[7][2] == 24 for e in _evs(recs)))
+hybrid("hybrid_prefix_caching_decodes_leave_no_checkpoint",
+       # 10 prompt tokens and 8 generated reach 16 by decoding: nothing adoptable; a continuation prefill
+       # that ends on a boundary leaves one
+       [create("r1"), begin("r1", HYB_P10, max_gen=12), drain(64), create("r2"),
+        begin("r2", HYB_P10 + HYB_P13[:8], max_gen=1, label="history through decodes"), drain(64),
+        create("a"), begin("a", [20 + i for i in range(10)], max_gen=3), drain(64),
+        begin("a", [50, 51, 52], max_gen=2, label="continuation ends at 16"), drain(64)],
+       model="hybrid_crca_prefix")
+hybrid("hybrid_prefix_caching_checkpoints_least_recently_used",
+       # max_batch_size (3) checkpoints, least recently used replaced first: re-running the six most
+       # recent prompts finds three
+       [a for k in range(8) for a in (create(f"d{k}"), begin(f"d{k}", distinct_prompt(k), max_gen=1), drain(64),
+                                      close(f"d{k}"))]
+       + [a for k in reversed(range(2, 8)) for a in (create(f"x{k}"),
+                                                     begin(f"x{k}", distinct_prompt(k) + [5], max_gen=1),
+                                                     drain(64, label=f"again {k}"), close(f"x{k}"))],
+       model="hybrid_crca_prefix",
+       expect=lambda recs: [e[7][2] for e in _evs(recs) if e[1].startswith("x") and e[0] & TURN_FINISHED]
+       == [16, 16, 16, 0, 0, 0])
+HYB_B33 = list(range(50, 66)) + [5] * 16 + [6]
+HYB_C33 = list(range(50, 66)) + [7] * 16 + [8]
+
+
+def one_turn(req, prompt, label=None):
+    return [create(req), begin(req, prompt, max_gen=1), drain(64, label=label), close(req)]
+
+
+hybrid("hybrid_prefix_caching_full_pool",
+       # three checkpoints: a full pool replaces a checkpoint of a shorter prefix of the same tokens first,
+       # else the least recently used one; each probe's own prefill leaves checkpoints too
+       one_turn("a", HYB_P40) + one_turn("b", HYB_B33) + one_turn("c", HYB_C33)
+       + one_turn("p1", HYB_P40[:16] + [90], "a16") + one_turn("p2", HYB_B33[:32] + [91], "b32")
+       + one_turn("p3", HYB_C33[:32] + [91], "c32") + one_turn("p4", HYB_P40[:32] + [90], "a32")
+       + one_turn("p5", HYB_B33[:16] + [91], "b16") + one_turn("p6", HYB_P40[:24] + [9], "a24"),
+       model="hybrid_crca_prefix")
+hybrid("hybrid_prefix_caching_true",
+       # an explicit prefix_caching true on a hybrid model: the same checkpointed adoption
+       hybrid_overlay("prefix caching true", '{"engine": {"dynamic_batching": {"prefix_caching": true}}}', "pt")
+       + [create("r1", engine="e_pt"), begin("r1", HYB_P27, max_gen=3), drain(64, engine="e_pt"),
+          create("r2", engine="e_pt"), begin("r2", HYB_P27, max_gen=3), drain(64, engine="e_pt", label="repeated")])
+hybrid("hybrid_drafts_with_per_token_state",
+       # per-token fixed-state outputs: oga verifies drafts on the hybrid model, 0.18 does not
+       [max_drafts(label="max"), create("r1"), begin("r1", HYB_P13, max_gen=6), run(64, times=2, label="prefill"),
+        drafts("r1", [5, 6], label="drafts"), drain(64, label="events")],
+       model="hybrid_drafts_capture",
+       differences={"max": Difference(HYBRID_DRAFTS, "0.18: 0 (no draft verification on hybrid models); oga: 7"),
+                    "drafts": Difference(HYBRID_DRAFTS, "0.18 refuses the proposal ('This engine does not support "
+                                                        "speculative draft verification.'); oga accepts it")})
+hybrid("hybrid_static_batching_refused",
+       # fixed state groups without engine.dynamic_batching: the model loads, the engine is refused
+       [capabilities()], model="hybrid_crca_static",
+       expect=raises("Fixed decoder state groups require engine.dynamic_batching"))
+
 SCENARIOS = {s.name: s for s in S}
 assert len(SCENARIOS) == len(S), "duplicate scenario names"
