@@ -179,6 +179,7 @@ cdef extern from "oga/oga_ext.h" nogil:
         void* const* fixed_state_outputs
         void* const* fixed_state_captures
         int32_t fixed_state_direct
+        int64_t graph_id
 
     ctypedef struct OgaExtStepOutputs:
         const void* logits
@@ -204,6 +205,7 @@ cdef extern from "oga/oga_ext.h" nogil:
         size_t num_fixed_states
         const size_t* fixed_state_row_bytes
         int32_t fixed_state_capture
+        int32_t cuda_graph
 
     ctypedef struct OgaExtDecoderNames:
         const char* model_directory

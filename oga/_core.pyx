@@ -1091,6 +1091,7 @@ def _engine_last_step_inputs(OgaEngine engine not None):
         "graph_eligible": bool(s.graph_eligible),
         "num_fixed_states": s.num_fixed_states,
         "fixed_state_direct": bool(s.fixed_state_direct),
+        "graph_id": s.graph_id,
     }
 
 

@@ -55,6 +55,7 @@ def create_test_model(
     hybrid=None,
     fixed_state_row_words=2,
     fixed_state_capture=False,
+    cuda_graph=False,
     search=None,
 ):
     """Builds a genai_config document for the built-in test executor and creates the model
@@ -69,7 +70,8 @@ def create_test_model(
     fixed_conv / fixed_recurrent groups (empty ones omitted): the test executor then keeps one fixed
     state tensor per fixed layer, rows of ``fixed_state_row_words`` 8-byte words, checks every row's
     fixed input against its token history and, with ``fixed_state_capture``, captures every packed
-    token's state (needed to verify drafts on a hybrid model)."""
+    token's state (needed to verify drafts on a hybrid model). ``cuda_graph`` declares the CUDA graph
+    capability: pure-decode steps then come bucketed with a graph id, which the executor checks."""
     search_section = {"max_length": max_length or context_length, "do_sample": False}
     if chunk_size is not None:
         search_section["chunk_size"] = chunk_size
@@ -96,6 +98,7 @@ def create_test_model(
         "test_model": {
             "per_token_logits": bool(per_token_logits),
             "max_block_table_columns": max_block_table_columns,
+            "cuda_graph": bool(cuda_graph),
         },
     }
     if sliding_window is not None:

@@ -203,6 +203,9 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   limits.prefix_caching = ring_blocks == 0 && batching.prefix_caching.value_or(true);
   limits.window_ring_blocks = ring_blocks;
   if (fixed_pool) limits.fixed_state_row_bytes = fixed_pool->total_row_bytes();
+  // CUDA graphs for pure-decode steps; fixed-state bindings change every step, so hybrid models run
+  // eagerly.
+  limits.graph_capture = model->executor().cuda_graph != 0 && !fixed_pool;
   // Drafts need one logits row per packed token, and room for them beside the mandatory token; a
   // hybrid model also needs every token's fixed state to replay a partially accepted proposal.
   if (model->executor().per_token_logits != 0 && limits.max_scheduled_tokens > 1 &&
@@ -282,7 +285,8 @@ Engine::Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size
       cache_(block_size, num_blocks, limits.max_batch_size,
              static_cast<size_t>((max_request_length + block_size - 1) / block_size), limits.prefix_caching),
       scheduler_(limits, cache_),
-      io_(limits.max_batch_size, limits.max_scheduled_tokens, cache_.max_columns(), limits.window_ring_blocks),
+      io_(limits.max_batch_size, limits.max_scheduled_tokens, cache_.max_columns(), limits.window_ring_blocks,
+          limits.graph_capture),
       pending_(limits.max_batch_size * 8 + 1),
       // Small vocabularies select in microseconds: waking workers would cost more than it saves.
       workers_(vocab_size_ >= kParallelSelectionVocabulary ? RowWorkers::DefaultParticipants() : 1) {

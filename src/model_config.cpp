@@ -547,6 +547,8 @@ void ParseTestModelSection(const Value& test_model, ModelConfig& config) {
       if (config.test_fixed_state_row_words < 2) FailAt(member.value, "test_model:fixed_state_row_words:must be 2 or greater");
     } else if (member.key == "fixed_state_capture") {
       config.test_fixed_state_capture = ReadBool(member.value, member.key);
+    } else if (member.key == "cuda_graph") {
+      config.test_cuda_graph = ReadBool(member.value, member.key);
     } else {
       FailUnknownKey("test_model", member);
     }

@@ -130,6 +130,7 @@ struct ModelConfig {
   bool test_windowed_block_table = false;  // the test executor checks the sliding-window ring
   int64_t test_fixed_state_row_words = 2;  // 8-byte words per fixed-state row (hybrid test models)
   bool test_fixed_state_capture = false;   // the test executor captures every token's fixed state
+  bool test_cuda_graph = false;            // the test executor declares (and checks) CUDA graph steps
 };
 
 // Parses a genai_config.json document. Throws json::Error (a std::runtime_error) whose message

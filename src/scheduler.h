@@ -34,6 +34,7 @@ struct SchedulerLimits {
   bool prefix_caching = false;
   size_t window_ring_blocks = 0;    // R per block table; 0 = no sliding-window ring
   size_t fixed_state_row_bytes = 0; // one request's fixed state over every tensor; 0 = no fixed state
+  bool graph_capture = false;       // pure-decode steps are packed for CUDA graphs
 };
 
 class DynamicBatchScheduler {

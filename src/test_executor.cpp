@@ -30,6 +30,10 @@
 // paged chain reads back (a stale bank, a wrong slot, a missing zero row or a misordered row is a
 // fatal failure) and writes the state after the row's last packed token to the fixed output; with
 // "fixed_state_capture": true it also writes every packed token's state to the capture buffers.
+//
+// With "cuda_graph": true it declares the CUDA graph capability and checks every graph step as a
+// captured graph would need it: one token per row, a bucketed block-table width, attention bounds
+// that hold for the step, and one (rows, columns) shape per graph id for the engine's lifetime.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -74,6 +78,8 @@ struct TestEngineState {
   size_t window = 0;
   std::vector<float> logits;     // [max_scheduled_tokens, vocab]
   bool per_token_logits = false;
+  std::vector<std::pair<size_t, size_t>> graphs;  // graph id -> (rows, columns); (0, 0) = unseen
+  bool cuda_graph = false;
   size_t fixed_states = 0;     // fixed tensors
   size_t fixed_row_words = 0;  // 8-byte words per fixed row
   bool fixed_capture = false;
@@ -104,6 +110,7 @@ OgaExtExecutionStatus OpenEngine(void* model_data, const OgaExtEngineGeometry* g
     state->fixed_states = model->fixed_row_bytes.size();
     state->fixed_row_words = static_cast<size_t>(model->config.test_fixed_state_row_words);
     state->fixed_capture = model->config.test_fixed_state_capture;
+    state->cuda_graph = model->config.test_cuda_graph;
     if (state->fixed_states > 0 && geometry->fixed_state_slots == 0) {
       WriteMessage(message, message_capacity, "test executor: a hybrid model needs the engine's fixed-state pool");
       return OgaExtExecutionStatus_Fatal;
@@ -177,6 +184,52 @@ std::string CheckFixedInputs(const TestEngineState& engine, const OgaExtStepInpu
   return std::string();
 }
 
+// A graph step as a captured graph needs it; "" when it is one (or an eager step with exact bounds).
+std::string CheckGraphStep(TestEngineState& engine, const OgaExtStepInputs& in) {
+  const int64_t block_size = static_cast<int64_t>(engine.geometry.block_size);
+  int64_t max_kv = 0;
+  size_t max_query = 0;
+  for (size_t r = 0; r < in.num_rows; ++r) {
+    const size_t query = static_cast<size_t>(in.cumulative_sequence_lengths[r + 1] - in.cumulative_sequence_lengths[r]);
+    max_query = std::max(max_query, query);
+    max_kv = std::max<int64_t>(max_kv, in.past_sequence_lengths[r] + static_cast<int64_t>(query));
+  }
+  const int32_t* bounds = in.attention_metadata;
+  if (in.graph_id < 0) {
+    if (bounds[0] != static_cast<int32_t>(max_query) || bounds[1] != max_kv || bounds[2] != max_kv) {
+      return "test executor: an eager step's attention bounds are not exact";
+    }
+    return std::string();
+  }
+  if (!engine.cuda_graph) return "test executor: a graph step for an executor without CUDA graphs";
+  if (max_query != 1 || in.num_tokens != in.num_rows) return "test executor: a graph step is not a pure decode";
+  const size_t columns = in.block_table_columns;
+  const bool power_of_two = columns >= 8 && (columns & (columns - 1)) == 0;
+  if (!power_of_two && columns != engine.geometry.max_block_table_columns) {
+    return "test executor: graph step columns " + std::to_string(columns) + " are not a graph bucket";
+  }
+  if (bounds[0] != 1 || bounds[1] != static_cast<int64_t>(columns) * block_size || bounds[2] < 1 ||
+      bounds[2] > max_kv || max_kv > bounds[1]) {
+    return "test executor: a graph step's attention bounds [" + std::to_string(bounds[0]) + ", " +
+           std::to_string(bounds[1]) + ", " + std::to_string(bounds[2]) + "] do not hold for its KV length " +
+           std::to_string(max_kv);
+  }
+  const size_t id = static_cast<size_t>(in.graph_id);
+  if (engine.graphs.size() <= id) engine.graphs.resize(id + 1, {0, 0});
+  std::pair<size_t, size_t>& shape = engine.graphs[id];
+  if (shape.first == 0) {
+    for (const auto& other : engine.graphs) {
+      if (other.first == in.num_rows && other.second == columns) {
+        return "test executor: two graph ids for one (rows, columns) shape";
+      }
+    }
+    shape = {in.num_rows, columns};
+  } else if (shape.first != in.num_rows || shape.second != columns) {
+    return "test executor: graph id " + std::to_string(id) + " replayed with another shape";
+  }
+  return std::string();
+}
+
 void WriteLogits(uint64_t state, size_t vocab, float* row) {
   for (size_t v = 0; v < vocab; ++v) {
     uint64_t score = Mix(state + (static_cast<uint64_t>(v) + 1) * kGolden) >> 40;
@@ -191,6 +244,10 @@ OgaExtExecutionStatus Execute(void* engine_data, const OgaExtStepInputs* in, Oga
   const size_t vocab = engine->geometry.vocab_size;
   const size_t num_blocks = engine->geometry.num_blocks;
   size_t selected_row = 0;
+  if (const std::string failure = CheckGraphStep(*engine, *in); !failure.empty()) {
+    WriteMessage(message, message_capacity, failure);
+    return OgaExtExecutionStatus_Fatal;
+  }
   if (in->num_fixed_states != engine->fixed_states || (engine->fixed_states > 0 &&
       (in->fixed_state_inputs == nullptr || in->fixed_state_outputs == nullptr ||
        (engine->fixed_capture && in->fixed_state_captures == nullptr)))) {
@@ -318,6 +375,7 @@ std::shared_ptr<Model> CreateTestModel(const std::string& config_json) {
   executor.num_fixed_states = data->fixed_row_bytes.size();
   executor.fixed_state_row_bytes = data->fixed_row_bytes.empty() ? nullptr : data->fixed_row_bytes.data();
   executor.fixed_state_capture = config.test_fixed_state_capture && !data->fixed_row_bytes.empty() ? 1 : 0;
+  executor.cuda_graph = config.test_cuda_graph ? 1 : 0;
   executor.model_data = data.get();
   executor.open_engine = OpenEngine;
   executor.execute = Execute;

@@ -1,13 +1,25 @@
 #include "varlen_decoder_io.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "errors.h"
 #include "request.h"
 
 namespace oga {
 
-VarlenDecoderIO::VarlenDecoderIO(size_t max_rows, size_t max_tokens, size_t max_columns, size_t ring_blocks)
+namespace {
+
+size_t NextPowerOfTwo(size_t n) {
+  size_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+}  // namespace
+
+VarlenDecoderIO::VarlenDecoderIO(size_t max_rows, size_t max_tokens, size_t max_columns, size_t ring_blocks,
+                                 bool graph_capture)
     : input_ids_(max_tokens),
       position_ids_(max_tokens),
       cumulative_sequence_lengths_(max_rows + 1),
@@ -15,7 +27,22 @@ VarlenDecoderIO::VarlenDecoderIO(size_t max_rows, size_t max_tokens, size_t max_
       block_table_(max_rows * max_columns),
       logits_indices_(max_rows),
       ring_blocks_(ring_blocks),
-      block_table_windowed_(ring_blocks > 0 ? max_rows * max_columns : 0) {}
+      block_table_windowed_(ring_blocks > 0 ? max_rows * max_columns : 0),
+      max_rows_(max_rows),
+      max_columns_(max_columns),
+      graph_capture_(graph_capture) {
+  graph_buckets_ = max_columns_ > 0 ? GraphBucketIndex(GraphColumns(max_columns_)) + 1 : 0;
+}
+
+size_t VarlenDecoderIO::GraphBucketIndex(size_t bucket) const {
+  size_t index = 0;
+  for (size_t width = GraphColumns(1); width < bucket; width = GraphColumns(width + 1)) ++index;
+  return index;
+}
+
+size_t VarlenDecoderIO::GraphColumns(size_t columns) const {
+  return std::min(std::max(NextPowerOfTwo(columns), kMinGraphColumns), max_columns_);
+}
 
 const OgaExtStepInputs& VarlenDecoderIO::Pack(const StepPlan& plan, const PagedKeyValueCache& cache) {
   if (plan.rows.size() > past_sequence_lengths_.size() || plan.num_tokens > input_ids_.size() ||
@@ -53,20 +80,52 @@ const OgaExtStepInputs& VarlenDecoderIO::Pack(const StepPlan& plan, const PagedK
     max_query = std::max(max_query, packed);
     max_kv = std::max(max_kv, row.processed_before + packed);
   }
-  cache.WriteBlockTable(plan, block_table_.data(), plan.block_table_columns);
+  // A graph step is packed at its bucket's width, so one captured graph serves every step of it.
+  const bool graph = graph_capture_ && plan.graph_eligible;
+  const size_t columns = graph ? GraphColumns(plan.block_table_columns) : plan.block_table_columns;
+  if (columns < plan.block_table_columns) throw ContractError("a graph step is wider than its graph bucket");
+  cache.WriteBlockTable(plan, block_table_.data(), columns);
   if (ring_blocks_ > 0) {
     for (size_t r = 0; r < plan.rows.size(); ++r) {
       const int32_t table = cache.TableSlot(r);
       if (table < 0) throw ContractError("a planned row has no block table for its sliding-window ring");
       const size_t base = static_cast<size_t>(table) * ring_blocks_;
-      int32_t* row_out = block_table_windowed_.data() + r * plan.block_table_columns;
-      for (size_t j = 0; j < plan.block_table_columns; ++j) row_out[j] = static_cast<int32_t>(base + j % ring_blocks_);
+      int32_t* row_out = block_table_windowed_.data() + r * columns;
+      for (size_t j = 0; j < columns; ++j) row_out[j] = static_cast<int32_t>(base + j % ring_blocks_);
     }
   }
-  // Eager steps report exact bounds: the lower bound equals the upper bound.
-  attention_metadata_[0] = static_cast<int32_t>(max_query);
-  attention_metadata_[1] = static_cast<int32_t>(max_kv);
-  attention_metadata_[2] = static_cast<int32_t>(max_kv);
+  if (graph) {
+    // Bounds valid for every replay of the bucket: one query token; at most the bucket's slots; more
+    // than the preceding bucket's slots, because a decode row owns exactly the blocks its KV needs
+    // (a row owning more than that, or the smallest bucket, only bounds it by 1).
+    const size_t block_size = cache.block_size();
+    bool exact_blocks = true;
+    for (const RequestStepPlan& row : plan.rows) {
+      exact_blocks = exact_blocks && row.blocks_after == cache.BlocksFor(row.processed_before + 1);
+    }
+    size_t preceding = 0;  // the largest power of two below the bucket, if that is a smaller bucket
+    if (columns > kMinGraphColumns) {
+      preceding = kMinGraphColumns;
+      while (preceding * 2 < columns) preceding *= 2;
+    }
+    if (static_cast<uint64_t>(columns) * block_size > static_cast<uint64_t>(INT32_MAX)) {
+      throw ContractError("a graph bucket's KV bound does not fit in int32");
+    }
+    attention_metadata_[0] = 1;
+    attention_metadata_[1] = static_cast<int32_t>(columns * block_size);
+    attention_metadata_[2] = exact_blocks && preceding > 0 ? static_cast<int32_t>(preceding * block_size + 1) : 1;
+    if (max_kv > static_cast<size_t>(attention_metadata_[1]) || max_kv < static_cast<size_t>(attention_metadata_[2])) {
+      throw ContractError("a graph step's KV length is outside its bucket's bounds");
+    }
+    // One graph per (rows, bucket).
+    inputs_.graph_id = static_cast<int64_t>((plan.rows.size() - 1) * graph_buckets_ + GraphBucketIndex(columns));
+  } else {
+    // Eager steps report exact bounds: the lower bound equals the upper bound.
+    attention_metadata_[0] = static_cast<int32_t>(max_query);
+    attention_metadata_[1] = static_cast<int32_t>(max_kv);
+    attention_metadata_[2] = static_cast<int32_t>(max_kv);
+    inputs_.graph_id = -1;
+  }
 
   inputs_.num_rows = plan.rows.size();
   inputs_.num_tokens = plan.num_tokens;
@@ -75,7 +134,7 @@ const OgaExtStepInputs& VarlenDecoderIO::Pack(const StepPlan& plan, const PagedK
   inputs_.cumulative_sequence_lengths = cumulative_sequence_lengths_.data();
   inputs_.past_sequence_lengths = past_sequence_lengths_.data();
   inputs_.block_table = block_table_.data();
-  inputs_.block_table_columns = plan.block_table_columns;
+  inputs_.block_table_columns = columns;
   inputs_.attention_metadata = attention_metadata_;
   inputs_.logits_indices = logits_indices_.data();
   inputs_.graph_eligible = plan.graph_eligible ? 1 : 0;

@@ -10,6 +10,12 @@
 //   logits_indices               packed row of each request's last token
 //   block_table_windowed         sliding-window ring: entry j = the row's ring block j mod R
 //                                (ring blocks are fixed per block table: table t owns [t*R, t*R + R))
+//
+// CUDA graphs (seed "CUDA graph capture"): with graph capture on, a pure-decode step is packed at
+// a graph bucket -- block-table columns rounded up to a power of two of at least kMinGraphColumns,
+// capped at the configured maximum -- with attention bounds valid for every replay of that bucket,
+// and gets the graph identity of (rows, bucket); every other step runs eagerly (graph id -1) with
+// exact bounds.
 #pragma once
 
 #include <cstddef>
@@ -22,10 +28,20 @@
 
 namespace oga {
 
+constexpr size_t kMinGraphColumns = 8;
+
 class VarlenDecoderIO {
  public:
   // `ring_blocks` R > 0 gives every row a sliding-window ring of R blocks; 0 = no ring.
-  VarlenDecoderIO(size_t max_rows, size_t max_tokens, size_t max_columns, size_t ring_blocks = 0);
+  // `graph_capture`: pack pure-decode steps for CUDA graphs (see above).
+  VarlenDecoderIO(size_t max_rows, size_t max_tokens, size_t max_columns, size_t ring_blocks = 0,
+                  bool graph_capture = false);
+
+  // The graph bucket of a step `columns` wide: a power of two >= kMinGraphColumns, at most the
+  // configured maximum.
+  size_t GraphColumns(size_t columns) const;
+  // 0 for the smallest bucket, 1 for the next, ...
+  size_t GraphBucketIndex(size_t bucket) const;
 
   // Fills the buffers for `plan` and returns the view the executor receives.
   const OgaExtStepInputs& Pack(const StepPlan& plan, const PagedKeyValueCache& cache);
@@ -40,6 +56,10 @@ class VarlenDecoderIO {
   std::vector<int32_t> logits_indices_;
   size_t ring_blocks_;
   std::vector<int32_t> block_table_windowed_;
+  size_t max_rows_;
+  size_t max_columns_;
+  bool graph_capture_;
+  size_t graph_buckets_ = 0;  // distinct bucket widths up to max_columns
   int32_t attention_metadata_[3] = {0, 0, 0};
   OgaExtStepInputs inputs_{};
 };

@@ -33,7 +33,7 @@ class StepInputs(Structure):
         ("graph_eligible", c_int32), ("block_table_windowed", POINTER(c_int32)),
         ("num_fixed_states", c_size_t), ("fixed_state_inputs", POINTER(c_void_p)),
         ("fixed_state_outputs", POINTER(c_void_p)), ("fixed_state_captures", POINTER(c_void_p)),
-        ("fixed_state_direct", c_int32),
+        ("fixed_state_direct", c_int32), ("graph_id", ctypes.c_int64),
     ]
 
 
@@ -54,7 +54,8 @@ class Executor(Structure):
                 ("open_engine", OPEN), ("execute", EXECUTE), ("close_engine", CLOSE), ("release_model", RELEASE),
                 ("execute_static", c_void_p), ("windowed_block_table", c_int32),
                 ("bytes_per_window_block", c_size_t), ("num_fixed_states", c_size_t),
-                ("fixed_state_row_bytes", POINTER(c_size_t)), ("fixed_state_capture", c_int32)]
+                ("fixed_state_row_bytes", POINTER(c_size_t)), ("fixed_state_capture", c_int32),
+                ("cuda_graph", c_int32)]
 
 
 class PyExecutor:

@@ -87,6 +87,15 @@ typedef struct OgaExtStepInputs {
   void* const* fixed_state_outputs;
   void* const* fixed_state_captures;
   int32_t fixed_state_direct;
+  /* CUDA graphs (executors with OgaExtModelExecutor.cuda_graph): -1 = run eagerly; otherwise the
+   * identity of the graph to capture or replay, one per (num_rows, block_table_columns): such a
+   * step is a pure decode (one token per row), its block_table_columns is the bucket -- the next
+   * power of two of at least 8 columns, capped at the configured maximum, the rows -1 padded -- and
+   * attention_metadata holds bounds valid for every replay of that graph: [1, columns * block_size,
+   * lower bound], the lower bound 1 for the smallest (or a capacity-clamped) bucket, else
+   * (preceding power of two * block_size) + 1. Always -1 for executors without the capability and
+   * for models with fixed state. */
+  int64_t graph_id;
 } OgaExtStepInputs;
 
 /* One step of a static (contiguous-cache) batch: every resident row takes part, right-padded.
@@ -148,6 +157,9 @@ typedef struct OgaExtModelExecutor {
   /* Capability: every step also writes each packed token's fixed state (see
    * OgaExtStepInputs.fixed_state_captures), which lets a hybrid model verify drafts. */
   int32_t fixed_state_capture;
+  /* Capability: the executor captures and replays a CUDA graph per OgaExtStepInputs.graph_id (so it
+   * needs every graph step's inputs at bucketed shapes in buffers whose addresses never change). */
+  int32_t cuda_graph;
 } OgaExtModelExecutor;
 
 /* Creates a model from a genai_config.json document (text) and an executor. The executor table is
