@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "c_api_support.h"
+#include "random_stream.h"
 #include "config_handle.h"
 #include "engine.h"
 #include "guidance.h"
@@ -692,6 +693,10 @@ const char* OGA_API_CALL OgaExtLibraryPath(void) {
     return std::string(info.dli_fname);
   }();
   return path.c_str();
+}
+
+void OGA_API_CALL OgaExtPhilox4x32_10(uint64_t counter, uint64_t key, uint32_t out[4]) {
+  if (out != nullptr) oga::RandomStream::Philox4x32_10(counter, key, out);
 }
 
 }  // extern "C"

@@ -545,11 +545,14 @@ def test_greedy_neighbours_are_unaffected_by_sampled_ones():
 
 def test_different_seeds_give_different_streams():
     p0 = long_prompt(16)
-    jobs = [[{"prompt": p0, "opts": sampled(seed=s, temperature=3.0, max_gen=16, top_k=0)}] for s in range(8)]
-    jobs.append([{"prompt": p0, "opts": sampled(seed=0, temperature=3.0, max_gen=16, top_k=0)}])
+    # EOS masked for the whole turn, so every stream is 16 tokens long whatever the draws
+    jobs = [[{"prompt": p0, "opts": sampled(seed=s, temperature=3.0, max_gen=16, top_k=0, min_generated_tokens=16)}]
+            for s in range(8)]
+    jobs.append([{"prompt": p0, "opts": sampled(seed=0, temperature=3.0, max_gen=16, top_k=0,
+                                                min_generated_tokens=16)}])
     res, _ = run_jobs(jobs, model_cfg={"max_batch_size": 16})
     streams = [tuple(res[j][0][0]) for j in range(8)]
-    assert all(len(s) >= 4 for s in streams), streams
+    assert all(len(s) == 16 for s in streams), streams
     assert len(set(streams)) == 8, streams
     assert tuple(res[8][0][0]) == streams[0]  # seed 0 is a valid, reproducible seed
 
@@ -1083,3 +1086,78 @@ def test_model_default_sampling_and_per_turn_greedy_override():
     plain = OracleSequence()
     g1 = plain.turn(p0, max_gen=8)
     assert res[0][0] != g1
+
+
+# --------------------------------------------------------------------------------------------
+# The random stream: Philox4x32-10 (src/random_stream.h), which device samplers reproduce
+# --------------------------------------------------------------------------------------------
+def _philox(lib, counter, key):
+    import ctypes
+
+    out = (ctypes.c_uint32 * 4)()
+    lib.OgaExtPhilox4x32_10(ctypes.c_uint64(counter), ctypes.c_uint64(key), out)
+    return list(out)
+
+
+def _philox_reference(counter, key):
+    """Philox4x32-10 written from the paper's definition, independently of the C++ code."""
+    m = 0xFFFFFFFF
+    c = [counter & m, counter >> 32, 0, 0]
+    k = [key & m, key >> 32]
+    for r in range(10):
+        if r:
+            k = [(k[0] + 0x9E3779B9) & m, (k[1] + 0xBB67AE85) & m]
+        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+        c = [(p1 >> 32) ^ c[1] ^ k[0], p1 & m, (p0 >> 32) ^ c[3] ^ k[1], p0 & m]
+    return c
+
+
+def test_the_random_stream_is_philox4x32_10():
+    import ctypes
+
+    lib = ctypes.CDLL(og.library_path())
+    lib.OgaExtPhilox4x32_10.restype = None
+    lib.OgaExtPhilox4x32_10.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint32)]
+    # Random123's known answer for a zero counter and key
+    assert _philox(lib, 0, 0) == [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
+    for counter, key in ((1, 0), (0, 1), (2**32 + 5, 0xDEADBEEF_12345678), (2**64 - 1, 2**64 - 1), (77, 2**63)):
+        assert _philox(lib, counter, key) == _philox_reference(counter, key)
+
+
+def test_seeded_draws_follow_the_philox_stream():
+    """A seeded turn with top_k 2 at a huge temperature picks between the two best tokens with
+    probability ~1/2 each: the sampler walks the weaker candidate first, so draw n (Philox counter n
+    of the turn's seed) < 1/2 picks it. The whole stream is predicted from Philox and the test
+    executor's logits, independently of the engine."""
+    from helpers import OracleSequence, scores
+
+    prompt = [5, 9, 13]
+    steps = 24
+
+    def draw(seed, n):
+        w = _philox_reference(n, seed)
+        return ((w[0] << 21) | (w[1] >> 11)) / 2.0**53
+
+    # a seed whose draws all stay clear of the 1/2 boundary (weights differ from 1/2 by < 1e-3)
+    seed = next(s for s in range(100, 200) if all(abs(draw(s, n) - 0.5) > 0.01 for n in range(steps)))
+    seq = OracleSequence()
+    seq.extend(prompt)
+    expected = []
+    for n in range(steps):
+        sc = scores(seq.state, VOCAB)
+        best, second = sorted(range(VOCAB), key=lambda v: (-sc[v], v))[:2]
+        token = second if draw(seed, n) < 0.5 else best
+        if token in seq.eos:
+            break
+        seq.append(token)
+        expected.append(token)
+    model = ogt.create_test_model(vocab_size=VOCAB, context_length=64)
+    engine = og.Engine(model)
+    request = engine.create_request()
+    request.begin_turn(prompt, apply_options(request, sampled(seed=seed, temperature=1e4, top_k=2, max_gen=steps)))
+    buffer = engine.create_event_buffer(8)
+    tokens = []
+    while engine.has_pending_requests():
+        tokens += [e.token for e in engine.run(buffer) if int(e.flags) & TOKEN]
+    assert tokens == expected
+    assert len(set(expected)) > 2  # the draws went both ways along the way

@@ -323,6 +323,10 @@ OGA_EXPORT void* OGA_API_CALL OgaExtRequestGetUserData(const OgaRequest* request
 OGA_EXPORT uint64_t OGA_API_CALL OgaExtEngineEventBufferGetGeneration(const OgaEngineEventBuffer* buffer);
 /* Slots the buffer was created with. NULL -> 0. */
 OGA_EXPORT size_t OGA_API_CALL OgaExtEngineEventBufferGetCapacity(const OgaEngineEventBuffer* buffer);
+/* The engine's random function, Philox4x32-10 (src/random_stream.h): the four output words for
+ * counter (low 32 bits, high 32 bits, 0, 0) and key (low 32 bits, high 32 bits). A request's draw n
+ * under seed s is Philox4x32_10(n, s); device samplers must reproduce it. Any thread. */
+OGA_EXPORT void OGA_API_CALL OgaExtPhilox4x32_10(uint64_t counter, uint64_t key, uint32_t out[4]);
 /* Path of the shared library that exports this API (for ctypes). Any thread. */
 OGA_EXPORT const char* OGA_API_CALL OgaExtLibraryPath(void);
 
