@@ -26,6 +26,7 @@ FAULT_PHASES = {
     "commit_prepare": 4,
     "commit": 5,
     "fixed_state_prepare": 6,
+    "device_copy": 7,
 }
 # OgaExtExecutionStatus values an armed "execute" fault reports.
 FAULT_KINDS = {
@@ -56,6 +57,7 @@ def create_test_model(
     fixed_state_row_words=2,
     fixed_state_capture=False,
     cuda_graph=False,
+    device_ops=False,
     search=None,
 ):
     """Builds a genai_config document for the built-in test executor and creates the model
@@ -71,7 +73,9 @@ def create_test_model(
     state tensor per fixed layer, rows of ``fixed_state_row_words`` 8-byte words, checks every row's
     fixed input against its token history and, with ``fixed_state_capture``, captures every packed
     token's state (needed to verify drafts on a hybrid model). ``cuda_graph`` declares the CUDA graph
-    capability: pure-decode steps then come bucketed with a graph id, which the executor checks."""
+    capability: pure-decode steps then come bucketed with a graph id, which the executor checks.
+    ``device_ops`` puts the engine's fixed-state memory on a simulated device (fault phase
+    "device_copy" fails its copies)."""
     search_section = {"max_length": max_length or context_length, "do_sample": False}
     if chunk_size is not None:
         search_section["chunk_size"] = chunk_size
@@ -99,6 +103,7 @@ def create_test_model(
             "per_token_logits": bool(per_token_logits),
             "max_block_table_columns": max_block_table_columns,
             "cuda_graph": bool(cuda_graph),
+            "device_ops": bool(device_ops),
         },
     }
     if sliding_window is not None:

@@ -174,7 +174,7 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
       const size_t slots = static_cast<size_t>(batching.max_batch_size);
       fixed_pool = std::make_unique<FixedStatePool>(
           fixed_row_bytes, slots, static_cast<size_t>(batching.max_scheduled_tokens), fixed_capture, model->faults(),
-          checkpoints ? slots : 0);
+          checkpoints ? slots : 0, model->executor().device_ops);
     } catch (const std::bad_alloc&) {
       throw ApiError(kBudgetTooSmallMessage);
     }

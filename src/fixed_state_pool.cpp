@@ -1,7 +1,5 @@
 #include "fixed_state_pool.h"
 
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <new>
 #include <stdexcept>
@@ -13,23 +11,18 @@
 
 namespace oga {
 
-namespace {
-
-constexpr size_t kAlignment = 64;
-
-uint8_t* AllocateAligned(size_t bytes) {
-  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  void* memory = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
-  if (memory == nullptr) throw std::bad_alloc();
-  return static_cast<uint8_t*>(memory);
-}
-
-}  // namespace
-
 FixedStatePool::FixedStatePool(const std::vector<size_t>& row_bytes, size_t capacity, size_t max_tokens, bool capture,
-                               FaultInjector* faults, size_t checkpoints)
-    : slots_(capacity), taken_(capacity, 0), max_tokens_(max_tokens), capture_(capture), faults_(faults),
+                               FaultInjector* faults, size_t checkpoints, const OgaExtDeviceOps* device)
+    : memory_(device),
+      copy_sources_(capacity),
+      copy_destinations_(capacity),
+      slots_(capacity),
+      taken_(capacity, 0),
+      max_tokens_(max_tokens),
+      capture_(capture),
+      faults_(faults),
       checkpoints_(checkpoints) {
+  checkpoint_copies_.reserve(capacity);
   if (row_bytes.empty() || capacity == 0) throw ContractError("a fixed-state pool needs tensors and slots");
   tensors_.resize(row_bytes.size());
   try {
@@ -40,7 +33,7 @@ FixedStatePool::FixedStatePool(const std::vector<size_t>& row_bytes, size_t capa
       const size_t capture_rows = capture ? max_tokens : 0;
       const size_t rows = 4 * capacity + capture_rows + checkpoints + 1;
       if (rows > std::numeric_limits<size_t>::max() / row) throw std::bad_alloc();
-      uint8_t* memory = AllocateAligned(rows * row);
+      uint8_t* memory = memory_.Allocate(rows * row);
       allocations_.push_back(memory);
       Tensor& tensor = tensors_[t];
       tensor.row_bytes = row;
@@ -51,12 +44,13 @@ FixedStatePool::FixedStatePool(const std::vector<size_t>& row_bytes, size_t capa
       tensor.captured = capture ? memory + 4 * capacity * row : nullptr;
       tensor.checkpoints = memory + (4 * capacity + capture_rows) * row;
       tensor.zero = memory + (rows - 1) * row;
-      std::memset(tensor.zero, 0, row);
+      memory_.FillZero(tensor.zero, row);
       total_row_bytes_ += row;
       persistent_bytes_ += (rows - 1) * row;
     }
+    memory_.Synchronize();
   } catch (...) {
-    for (uint8_t* memory : allocations_) std::free(memory);
+    for (uint8_t* memory : allocations_) memory_.Release(memory);
     throw;
   }
   rows_.reserve(capacity);
@@ -67,7 +61,7 @@ FixedStatePool::FixedStatePool(const std::vector<size_t>& row_bytes, size_t capa
 }
 
 FixedStatePool::~FixedStatePool() {
-  for (uint8_t* memory : allocations_) std::free(memory);
+  for (uint8_t* memory : allocations_) memory_.Release(memory);
 }
 
 int32_t FixedStatePool::TakeFreeSlot() {
@@ -160,8 +154,15 @@ void FixedStatePool::Reserve(const StepPlan& plan) {
     slots_[static_cast<size_t>(row.slot)].active_bank = cohort;
     row.active_bank = cohort;
   }
-  direct_ = !fallback_only_ && new_slots_ == 0 && BindDirect();
-  if (!direct_) BindFallback();
+  try {
+    direct_ = !fallback_only_ && new_slots_ == 0 && BindDirect();
+    if (!direct_) BindFallback();
+  } catch (...) {
+    // A failed device copy: resident selectors are unchanged until their copies synchronized.
+    ReturnProvisional();
+    rows_.clear();
+    throw;
+  }
   state_ = State::Reserved;
 }
 
@@ -173,16 +174,23 @@ bool FixedStatePool::BindDirect() {
     ++on_bank[rows_[r].active_bank];
   }
   const uint8_t canonical = on_bank[1] > on_bank[0] ? 1 : 0;
-  // Copy the minority rows' visible state into the canonical bank (their inactive one), then
-  // select it: the same state, now in the interval the model reads.
-  for (Row& row : rows_) {
-    if (row.active_bank == canonical) continue;
+  // Copy the minority rows' visible state into the canonical bank (their inactive one), then --
+  // once the copies are complete -- select it: the same state, now in the interval the model reads.
+  if (on_bank[canonical ^ 1] > 0) {
     for (size_t t = 0; t < tensors_.size(); ++t) {
-      std::memcpy(BankRow(t, canonical, static_cast<size_t>(row.slot)),
-                  BankRow(t, row.active_bank, static_cast<size_t>(row.slot)), tensors_[t].row_bytes);
+      size_t n = 0;
+      for (const Row& row : rows_) {
+        if (row.active_bank == canonical) continue;
+        copy_sources_[n] = BankRow(t, row.active_bank, static_cast<size_t>(row.slot));
+        copy_destinations_[n++] = BankRow(t, canonical, static_cast<size_t>(row.slot));
+      }
+      memory_.Copy(n, copy_sources_.data(), copy_destinations_.data(), tensors_[t].row_bytes);
     }
-    slots_[static_cast<size_t>(row.slot)].active_bank = canonical;
-    row.active_bank = canonical;
+    memory_.Synchronize();
+    for (Row& row : rows_) {
+      slots_[static_cast<size_t>(row.slot)].active_bank = canonical;
+      row.active_bank = canonical;
+    }
   }
   for (size_t t = 0; t < tensors_.size(); ++t) {
     inputs_[t] = BankRow(t, canonical, static_cast<size_t>(first));
@@ -196,15 +204,16 @@ void FixedStatePool::BindFallback() {
     const Tensor& tensor = tensors_[t];
     for (size_t r = 0; r < rows_.size(); ++r) {
       const Row& row = rows_[r];
-      const uint8_t* source =
-          !row.provisional        ? BankRow(t, row.active_bank, static_cast<size_t>(row.slot))
-          : row.checkpoint >= 0 ? CheckpointRow(t, static_cast<size_t>(row.checkpoint))
-                                : tensor.zero;
-      std::memcpy(tensor.gather + r * tensor.row_bytes, source, tensor.row_bytes);
+      copy_sources_[r] = !row.provisional        ? BankRow(t, row.active_bank, static_cast<size_t>(row.slot))
+                         : row.checkpoint >= 0 ? CheckpointRow(t, static_cast<size_t>(row.checkpoint))
+                                               : tensor.zero;
+      copy_destinations_[r] = tensor.gather + r * tensor.row_bytes;
     }
+    memory_.Copy(rows_.size(), copy_sources_.data(), copy_destinations_.data(), tensor.row_bytes);
     inputs_[t] = tensor.gather;
     outputs_[t] = tensor.staging;
   }
+  memory_.Synchronize();  // the model may read them on another stream
 }
 
 void FixedStatePool::ValidateCommit(const StepPlan& plan) const {
@@ -257,37 +266,48 @@ void FixedStatePool::PrepareCommit(const StepPlan& plan, const std::vector<Check
   ValidateCommit(plan);
   const bool fail = faults_ != nullptr && faults_->Consult(OgaExtFaultPhase_FixedStatePrepare) != OgaExtExecutionStatus_Ok;
   try {
-    for (size_t r = 0; r < rows_.size(); ++r) {
-      if (fail && r == rows_.size() / 2) throw std::runtime_error("injected fixed-state commit-preparation fault");
-      const Row& row = rows_[r];
-      const uint8_t target_bank = static_cast<uint8_t>(row.active_bank ^ 1);
-      for (size_t t = 0; t < tensors_.size(); ++t) {
+    // An injected failure writes half of the rows first, as a device failure part-way would.
+    const size_t rows = fail ? rows_.size() / 2 : rows_.size();
+    for (size_t t = 0; t < tensors_.size(); ++t) {
+      size_t n = 0;
+      for (size_t r = 0; r < rows; ++r) {
         const uint8_t* source = NewStateSource(t, r, plan.rows[r]);
-        if (source != nullptr) {
-          std::memcpy(BankRow(t, target_bank, static_cast<size_t>(row.slot)), source, tensors_[t].row_bytes);
-        }
+        if (source == nullptr) continue;  // a direct output already is the new state
+        copy_sources_[n] = source;
+        copy_destinations_[n++] =
+            BankRow(t, static_cast<uint8_t>(rows_[r].active_bank ^ 1), static_cast<size_t>(rows_[r].slot));
       }
+      memory_.Copy(n, copy_sources_.data(), copy_destinations_.data(), tensors_[t].row_bytes);
+    }
+    if (fail) {
+      memory_.Synchronize();
+      throw std::runtime_error("injected fixed-state commit-preparation fault");
     }
     // Checkpoints: an adoption is a use (before this step's new checkpoints choose victims); the new
     // state, now whole in the inactive bank, is copied for later adoptions.
     for (const Row& row : rows_) {
       if (row.checkpoint >= 0) checkpoints_[static_cast<size_t>(row.checkpoint)].last_use = ++clock_;
     }
+    checkpoint_copies_.clear();
     for (const CheckpointRequest& request : checkpoints) {
       const int32_t victim = TakeCheckpointVictim(request.ancestor);
-      if (victim < 0) break;  // every checkpoint is read by this step
+      if (victim < 0) break;  // every checkpoint was written by this step already
       Checkpoint& checkpoint = checkpoints_[static_cast<size_t>(victim)];
       if (checkpoint.block >= 0) DropCheckpoint(checkpoint.block);
-      const Row& row = rows_[request.row];
       const RequestStepPlan& planned = plan.rows[request.row];
-      for (size_t t = 0; t < tensors_.size(); ++t) {
-        std::memcpy(CheckpointRow(t, static_cast<size_t>(victim)),
-                    BankRow(t, static_cast<uint8_t>(row.active_bank ^ 1), static_cast<size_t>(row.slot)),
-                    tensors_[t].row_bytes);
-      }
       checkpoint.pending_block = request.block;
       checkpoint.tokens = planned.processed_before + planned.committed_tokens();
+      checkpoint_copies_.emplace_back(victim, request.row);
     }
+    for (size_t t = 0; t < tensors_.size() && !checkpoint_copies_.empty(); ++t) {
+      for (size_t i = 0; i < checkpoint_copies_.size(); ++i) {
+        const Row& row = rows_[checkpoint_copies_[i].second];
+        copy_sources_[i] = BankRow(t, static_cast<uint8_t>(row.active_bank ^ 1), static_cast<size_t>(row.slot));
+        copy_destinations_[i] = CheckpointRow(t, static_cast<size_t>(checkpoint_copies_[i].first));
+      }
+      memory_.Copy(checkpoint_copies_.size(), copy_sources_.data(), copy_destinations_.data(), tensors_[t].row_bytes);
+    }
+    memory_.Synchronize();
   } catch (...) {
     // The inactive banks may be half written: nothing proves them whole for a retry.
     healthy_ = false;

@@ -32,6 +32,9 @@
 // dropped there), mapped after the step's blocks were indexed, and dropped when its block leaves
 // the prefix cache.
 //
+// All of it lives where the executor's session runs (DeviceMemory: the executor's OgaExtDeviceOps,
+// or host memory); copies are batched per tensor and synchronized before anything depends on them.
+//
 // Only one reservation is live at a time. Memory is allocated once at construction: both banks,
 // gather and staging buffers sized for `capacity` rows, per-token capture buffers for
 // `max_tokens` tokens when the decoder captures, and one zero row per tensor (the gather source of
@@ -43,6 +46,7 @@
 #include <memory>
 #include <vector>
 
+#include "device_memory.h"
 #include "step_plan.h"
 
 namespace oga {
@@ -64,7 +68,7 @@ class FixedStatePool {
   // packed token's state into [max_tokens, row] capture buffers.
   // `checkpoints` > 0 (prefix caching) keeps that many checkpoint rows (see IndexCheckpointsOver).
   FixedStatePool(const std::vector<size_t>& row_bytes, size_t capacity, size_t max_tokens, bool capture,
-                 FaultInjector* faults, size_t checkpoints = 0);
+                 FaultInjector* faults, size_t checkpoints = 0, const OgaExtDeviceOps* device = nullptr);
   ~FixedStatePool();
   FixedStatePool(const FixedStatePool&) = delete;
   FixedStatePool& operator=(const FixedStatePool&) = delete;
@@ -221,8 +225,13 @@ class FixedStatePool {
   // direct output already holds it).
   const uint8_t* NewStateSource(size_t tensor, size_t r, const RequestStepPlan& row) const;
 
+  DeviceMemory memory_;
   std::vector<Tensor> tensors_;
   std::vector<uint8_t*> allocations_;
+  // One batch of row copies (preallocated at `capacity` rows).
+  std::vector<const void*> copy_sources_;
+  std::vector<void*> copy_destinations_;
+  std::vector<std::pair<int32_t, size_t>> checkpoint_copies_;  // (checkpoint, reserved row) of a step
   std::vector<FixedStateSlot> slots_;
   std::vector<uint8_t> taken_;  // per slot: taken provisionally by the live reservation
   size_t total_row_bytes_ = 0;

@@ -549,6 +549,8 @@ void ParseTestModelSection(const Value& test_model, ModelConfig& config) {
       config.test_fixed_state_capture = ReadBool(member.value, member.key);
     } else if (member.key == "cuda_graph") {
       config.test_cuda_graph = ReadBool(member.value, member.key);
+    } else if (member.key == "device_ops") {
+      config.test_device_ops = ReadBool(member.value, member.key);
     } else {
       FailUnknownKey("test_model", member);
     }

@@ -131,6 +131,7 @@ struct ModelConfig {
   int64_t test_fixed_state_row_words = 2;  // 8-byte words per fixed-state row (hybrid test models)
   bool test_fixed_state_capture = false;   // the test executor captures every token's fixed state
   bool test_cuda_graph = false;            // the test executor declares (and checks) CUDA graph steps
+  bool test_device_ops = false;            // engine-owned state on a simulated device
 };
 
 // Parses a genai_config.json document. Throws json::Error (a std::runtime_error) whose message

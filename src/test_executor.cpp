@@ -36,6 +36,7 @@
 // that hold for the step, and one (rows, columns) shape per graph id for the engine's lifetime.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -60,10 +61,55 @@ inline uint64_t Mix(uint64_t x) {
   return x;
 }
 
+// A simulated device for engine-owned state ("device_ops": true): host memory behind the
+// OgaExtDeviceOps table, with copies that fault phase DeviceCopy can fail and counters tests read.
+struct SimulatedDevice {
+  std::shared_ptr<FaultInjector> faults;
+  size_t live_allocations = 0;
+  uint64_t copies = 0;
+  uint64_t synchronizations = 0;
+};
+
+void* DeviceAllocate(void* context, size_t bytes) {
+  auto* device = static_cast<SimulatedDevice*>(context);
+  void* memory = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (memory != nullptr) ++device->live_allocations;
+  return memory;
+}
+
+void DeviceRelease(void* context, void* memory) {
+  --static_cast<SimulatedDevice*>(context)->live_allocations;
+  std::free(memory);
+}
+
+int32_t DeviceCopy(void* context, size_t count, const void* const* sources, void* const* destinations, size_t bytes,
+                   char* message, size_t capacity) {
+  auto* device = static_cast<SimulatedDevice*>(context);
+  if (device->faults->Consult(OgaExtFaultPhase_DeviceCopy) != OgaExtExecutionStatus_Ok) {
+    if (capacity > 0) std::snprintf(message, capacity, "simulated device: copy of %zu rows failed", count);
+    return 1;
+  }
+  for (size_t i = 0; i < count; ++i) std::memcpy(destinations[i], sources[i], bytes);
+  device->copies += count;
+  return 0;
+}
+
+int32_t DeviceFillZero(void*, void* memory, size_t bytes, char*, size_t) {
+  std::memset(memory, 0, bytes);
+  return 0;
+}
+
+int32_t DeviceSynchronize(void* context, char*, size_t) {
+  ++static_cast<SimulatedDevice*>(context)->synchronizations;
+  return 0;
+}
+
 struct TestModelData {
   ModelConfig config;
   std::shared_ptr<FaultInjector> faults;
   std::vector<size_t> fixed_row_bytes;  // per fixed tensor (OgaExtModelExecutor.fixed_state_row_bytes)
+  SimulatedDevice device;
+  OgaExtDeviceOps device_ops{};
 };
 
 struct CacheSlot {
@@ -352,7 +398,15 @@ OgaExtExecutionStatus Execute(void* engine_data, const OgaExtStepInputs* in, Oga
 
 void CloseEngine(void* engine_data) { delete static_cast<TestEngineState*>(engine_data); }
 
-void ReleaseModel(void* model_data) { delete static_cast<TestModelData*>(model_data); }
+void ReleaseModel(void* model_data) {
+  auto* model = static_cast<TestModelData*>(model_data);
+  if (model->device.live_allocations != 0) {
+    // Every engine released its state before the model goes: a leak is a bug worth a crash in tests.
+    std::fprintf(stderr, "test executor: %zu simulated device allocations leaked\n", model->device.live_allocations);
+    std::abort();
+  }
+  delete model;
+}
 
 }  // namespace
 
@@ -376,6 +430,16 @@ std::shared_ptr<Model> CreateTestModel(const std::string& config_json) {
   executor.fixed_state_row_bytes = data->fixed_row_bytes.empty() ? nullptr : data->fixed_row_bytes.data();
   executor.fixed_state_capture = config.test_fixed_state_capture && !data->fixed_row_bytes.empty() ? 1 : 0;
   executor.cuda_graph = config.test_cuda_graph ? 1 : 0;
+  if (config.test_device_ops) {
+    data->device.faults = faults;
+    data->device_ops.context = &data->device;
+    data->device_ops.allocate = DeviceAllocate;
+    data->device_ops.release = DeviceRelease;
+    data->device_ops.copy = DeviceCopy;
+    data->device_ops.fill_zero = DeviceFillZero;
+    data->device_ops.synchronize = DeviceSynchronize;
+    executor.device_ops = &data->device_ops;
+  }
   executor.model_data = data.get();
   executor.open_engine = OpenEngine;
   executor.execute = Execute;

@@ -55,7 +55,7 @@ class Executor(Structure):
                 ("execute_static", c_void_p), ("windowed_block_table", c_int32),
                 ("bytes_per_window_block", c_size_t), ("num_fixed_states", c_size_t),
                 ("fixed_state_row_bytes", POINTER(c_size_t)), ("fixed_state_capture", c_int32),
-                ("cuda_graph", c_int32)]
+                ("cuda_graph", c_int32), ("device_ops", c_void_p)]
 
 
 class PyExecutor:

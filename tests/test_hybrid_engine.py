@@ -415,3 +415,37 @@ def test_fallback_only_is_rejected_for_models_without_fixed_state():
         ogt.set_fixed_state_fallback_only(engine, True)
     request = engine.create_request()
     assert ogt.fixed_state_slot(request)["slot"] == -1
+
+
+# --------------------------------------------------------------------------------------------
+# Fixed state on a (simulated) device: OgaExtDeviceOps
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", range(3))
+def test_fixed_state_on_a_device_keeps_every_stream(seed):
+    rng = random.Random(50 + seed)
+    cfg = hybrid_cfg(max_batch_size=4, max_scheduled_tokens=16, num_blocks=64, device_ops=True)
+    jobs = random_jobs(rng, 8)
+    result = run_workload(cfg, jobs)
+    assert result.per_job == expected_workload(jobs, cfg)
+    assert result.counters["fixed_state_direct_steps"] > 0 and result.counters["fixed_state_fallback_steps"] > 0
+
+
+def test_a_failed_device_copy_poisons_the_engine_with_committed_state_intact():
+    for skip, code, text in ((0, E_CONTRACT, "Transaction preparation failed"),
+                             (TENSORS, E_EXECUTION, "Transaction commit preparation failed")):
+        model = ogt.create_test_model(**hybrid_cfg(device_ops=True))
+        engine = og.Engine(model)
+        ogt.set_fixed_state_fallback_only(engine, True)  # every step gathers, then stages
+        buffer = engine.create_event_buffer(64)
+        requests = [engine.create_request() for _ in range(3)]
+        for r, p in zip(requests, ([5, 6, 7], [8, 9], [10, 11, 12, 13])):
+            r.begin_turn(p, turn_options(r, max_gen=8))
+        run_once(engine, buffer)
+        before = snapshot(requests)
+        # skip 0: the reservation's gather fails; skip TENSORS: the gathers pass, commit preparation fails
+        ogt.inject_fault(model, "device_copy", skip=skip)
+        events = run_once(engine, buffer)
+        assert all(e.flags & FAILED and e.error_code == code for e in events) and len(events) == 3
+        assert snapshot(requests) == before
+        with pytest.raises(RuntimeError, match=text + ".*simulated device: copy of 3 rows failed"):
+            engine.run(buffer)

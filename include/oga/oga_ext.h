@@ -120,6 +120,26 @@ typedef struct OgaExtStepOutputs {
   size_t logits_row_stride; /* elements between rows; >= vocab_size */
 } OgaExtStepOutputs;
 
+/* Device memory operations, for state the engine core owns on the executor's device (the fixed-state
+ * pool's banks and staging; reference E.5): an executor whose session runs on a device provides
+ * them; NULL means host memory (the core allocates and copies it itself). Every pointer is a device
+ * address; the pointer arrays themselves are host memory valid only during the call. Calls run on
+ * the engine owner thread. Copies may be asynchronous until `synchronize`. */
+typedef struct OgaExtDeviceOps {
+  void* context;
+  /* `bytes` of device memory (aligned to at least 64 bytes), or NULL when out of memory. */
+  void* (*allocate)(void* context, size_t bytes);
+  void (*release)(void* context, void* memory);
+  /* `count` copies of `bytes` each: sources[i] -> destinations[i] (never overlapping). Returns 0, or
+   * nonzero with a NUL-terminated reason in `message`. */
+  int32_t (*copy)(void* context, size_t count, const void* const* sources, void* const* destinations, size_t bytes,
+                  char* message, size_t message_capacity);
+  /* Sets `bytes` at `memory` to zero. Returns 0, or nonzero with a reason. */
+  int32_t (*fill_zero)(void* context, void* memory, size_t bytes, char* message, size_t message_capacity);
+  /* Waits for every copy enqueued so far. Returns 0, or nonzero with a reason. */
+  int32_t (*synchronize)(void* context, char* message, size_t message_capacity);
+} OgaExtDeviceOps;
+
 typedef struct OgaExtModelExecutor {
   /* Capability: the decoder returns one logits row per packed token (draft verification). */
   int32_t per_token_logits;
@@ -160,6 +180,9 @@ typedef struct OgaExtModelExecutor {
   /* Capability: the executor captures and replays a CUDA graph per OgaExtStepInputs.graph_id (so it
    * needs every graph step's inputs at bucketed shapes in buffers whose addresses never change). */
   int32_t cuda_graph;
+  /* Where the fixed-state pool lives (see OgaExtDeviceOps); NULL = host memory. The table must stay
+   * valid as long as model_data. */
+  const OgaExtDeviceOps* device_ops;
 } OgaExtModelExecutor;
 
 /* Creates a model from a genai_config.json document (text) and an executor. The executor table is
@@ -274,7 +297,10 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaExtSetGuidanceLibrary(const char* path);
  * config_json is a genai_config.json document plus an optional "test_model" object:
  *   {"per_token_logits": bool (default false), "max_block_table_columns": int (default 0),
  *    "windowed_block_table": bool (the executor keeps and checks a sliding-window ring),
- *    "fixed_state_row_words": int >= 2 (default 2), "fixed_state_capture": bool (default false)}
+ *    "fixed_state_row_words": int >= 2 (default 2), "fixed_state_capture": bool (default false),
+ *    "cuda_graph": bool (declares CUDA graphs and checks graph steps),
+ *    "device_ops": bool (the engine's fixed-state memory comes from a simulated device: separate
+ *    allocations, batched copies that fault phase DeviceCopy can fail, synchronization counted)}
  * With fixed_conv / fixed_recurrent groups in model.decoder.state_groups the test model is a hybrid
  * decoder: one fixed state tensor per fixed binding, rows of fixed_state_row_words 8-byte words,
  * each row's input checked against the row's token history (see src/test_executor.cpp).
@@ -296,6 +322,9 @@ typedef uint32_t OgaExtFaultPhase;
 #define OgaExtFaultPhase_FixedStatePrepare 6u /* hybrid models: the fixed-state pool's commit preparation
                                                 fails after writing half of the step's rows into the
                                                 inactive banks: fatal (the active banks are untouched) */
+#define OgaExtFaultPhase_DeviceCopy 7u /* the test model's simulated device ("device_ops": true) fails a
+                                         copy: during reservation (fixed-state gather) a contract
+                                         failure, during commit preparation an execution failure */
 /* `kind`: for OgaExtFaultPhase_Execute, the OgaExtExecutionStatus the executor reports; for
  * OgaExtFaultPhase_Plan, Fatal or not (see above); ignored by the other phases. */
 /* Arms the fault: the next `skip` consultations of `phase` pass, then `count` fail. Arming again
