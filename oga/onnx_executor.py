@@ -116,6 +116,19 @@ def _provider_list(session_options_config):
     return providers, options
 
 
+def cuda_unavailable_reason(ort):
+    """Why ONNX Runtime cannot run a session on CUDA here, or "" when it may."""
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return ("this onnxruntime package has no CUDAExecutionProvider (install oga's gpu extra, which brings "
+                "onnxruntime-gpu; see the README's Set-up)")
+    try:
+        from . import cuda_kernels
+    except ImportError:
+        return ""
+    available, reason = cuda_kernels.cuda_status()
+    return "" if available else reason
+
+
 class OnnxDecoder:
     """Model-level state: the session and the validated graph signature."""
 
@@ -142,10 +155,32 @@ class OnnxDecoder:
             options.inter_op_num_threads = int(session_config["inter_op_num_threads"])
         providers, provider_options = _provider_list(session_config)
         available = set(ort.get_available_providers())
-        chosen = [(p, o) for p, o in zip(providers, provider_options) if p in available]
-        self.session = ort.InferenceSession(
-            self.path, options, providers=[p for p, _ in chosen], provider_options=[o for _, o in chosen])
+        # CUDA only where the session really can run on it: a provider ONNX Runtime has and a device.
+        wants_cuda = "CUDAExecutionProvider" in providers
+        cuda_reason = cuda_unavailable_reason(ort) if wants_cuda else ""
+        chosen = [(p, o) for p, o in zip(providers, provider_options)
+                  if p in available and not (p == "CUDAExecutionProvider" and cuda_reason)]
+        try:
+            self.session = ort.InferenceSession(
+                self.path, options, providers=[p for p, _ in chosen], provider_options=[o for _, o in chosen])
+        except Exception as error:
+            if cuda_reason and ("PagedAttention" in str(error) or "NOT_IMPLEMENTED" in str(error)):
+                raise ModelLoadError(
+                    f"{self.path}: this decoder needs CUDA (com.microsoft.PagedAttention has no CPU kernel in ONNX "
+                    f"Runtime), and CUDA is not available: {cuda_reason}.") from error
+            raise
         self.providers = self.session.get_providers()
+        if wants_cuda and cuda_reason:
+            import warnings
+
+            warnings.warn(f"{self.path}: genai_config.json asks for CUDA; running on CPU because {cuda_reason}.",
+                          RuntimeWarning, stacklevel=2)
+        if self.providers and self.providers[0] == "CUDAExecutionProvider":
+            # Not yet: this executor binds its caches and packed inputs in host memory.
+            raise ModelLoadError(
+                f"{self.path}: the session runs on CUDAExecutionProvider, but oga's ONNX Runtime executor does not "
+                "support CUDA yet (its KV caches and inputs live in host memory). Remove the cuda entry of "
+                "model.decoder.session_options.provider_options to run the model on CPU.")
         self.inputs = {i.name: i for i in self.session.get_inputs()}
         self.outputs = {o.name: o for o in self.session.get_outputs()}
         self._validate()
