@@ -584,6 +584,7 @@ OgaResult* OGA_API_CALL OgaExtRequestGetFixedStateRow(const OgaRequest* request,
     engine.CheckOwnerThread();
     const oga::FixedStatePool* pool = engine.cache().fixed_state();
     if (pool == nullptr) throw ApiError("This engine's model has no fixed decoder state.");
+    if (!pool->host_memory()) throw ApiError("The request's fixed state lives in device memory, which this function cannot read.");
     if (tensor >= pool->tensor_count()) {
       throw ApiError("Fixed state tensor " + std::to_string(tensor) + " is out of range [0, " +
                      std::to_string(pool->tensor_count()) + ").");

@@ -285,7 +285,8 @@ Engine::Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size
       cache_(block_size, num_blocks, limits.max_batch_size,
              static_cast<size_t>((max_request_length + block_size - 1) / block_size), limits.prefix_caching),
       scheduler_(limits, cache_),
-      io_(limits.max_batch_size, limits.max_scheduled_tokens, cache_.max_columns(), limits.window_ring_blocks,
+      // Graph buckets stop at the widest table the executor takes (limits.max_block_table_columns).
+      io_(limits.max_batch_size, limits.max_scheduled_tokens, limits.max_block_table_columns, limits.window_ring_blocks,
           limits.graph_capture),
       pending_(limits.max_batch_size * 8 + 1),
       // Small vocabularies select in microseconds: waking workers would cost more than it saves.
@@ -406,6 +407,7 @@ TurnPolicy Engine::ResolveTurnPolicy(const Request& request, const OgaTurnOption
 
 uint64_t Engine::BeginTurn(Request& request, const OgaTurnOptions* options, const int32_t* input_ids, uint64_t count) {
   CheckOwnerThread();
+  CheckNoStepInFlight("begin a turn");
   ThrowIfUnhealthy();
   ReclaimAbandoned();
   if (request.closed()) throw ApiError(kClosedRequestMessage);
@@ -487,6 +489,7 @@ uint64_t Engine::BeginTurn(Request& request, const OgaTurnOptions* options, cons
 
 bool Engine::CancelTurn(Request& request, uint64_t turn_id) {
   CheckOwnerThread();
+  CheckNoStepInFlight("cancel a turn");
   if (request.turn_id == 0) throw ApiError("Cannot cancel a request before a turn has begun.");
   if (turn_id != request.turn_id || !IsExecutable(request)) return false;
   RemoveWaiting(request);
@@ -496,6 +499,7 @@ bool Engine::CancelTurn(Request& request, uint64_t turn_id) {
 
 void Engine::RewindToStartOfTurn(Request& request, uint64_t turn_id) {
   CheckOwnerThread();
+  CheckNoStepInFlight("rewind a request");
   ReclaimAbandoned();
   if (request.closed()) throw ApiError("Cannot rewind a closed request.");
   if (request.status != RequestStatus::TurnComplete) {
@@ -566,7 +570,14 @@ void Engine::RemoveWaiting(Request& request) {
 
 void Engine::Close(Request& request) {
   CheckOwnerThread();
+  CheckNoStepInFlight("close a request");
   CloseRequest(request);
+}
+
+void Engine::CheckNoStepInFlight(const char* what) const {
+  // An executor callback that calls back into the engine must not change what the live
+  // transaction reserved.
+  if (in_step_) throw ApiError(std::string("Cannot ") + what + " while a step is in flight.");
 }
 
 void Engine::CloseRequest(Request& request) noexcept {
@@ -594,7 +605,7 @@ void Engine::CloseRequest(Request& request) noexcept {
 }
 
 void Engine::ReclaimAbandoned() {
-  if (!abandonment_pending_.load(std::memory_order_acquire)) return;
+  if (in_step_ || !abandonment_pending_.load(std::memory_order_acquire)) return;  // after the step
   abandonment_pending_.store(false, std::memory_order_relaxed);
   for (size_t i = bound_.size(); i > 0; --i) {
     if (i - 1 >= bound_.size()) continue;

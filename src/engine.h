@@ -144,6 +144,8 @@ class Engine {
   void EnqueueWaiting(Request& request);
   void RemoveWaiting(Request& request);
   void CloseRequest(Request& request) noexcept;
+  // Throws ApiError while a transaction runs (an executor callback calling back in).
+  void CheckNoStepInFlight(const char* what) const;
 
   void Step();
   void ExecuteTransaction();

@@ -82,6 +82,7 @@ class FixedStatePool {
   size_t persistent_bytes() const { return persistent_bytes_; }
   bool capture() const { return capture_; }
   bool healthy() const { return healthy_; }
+  bool host_memory() const { return memory_.host(); }
   // Benchmarks and tests: never bind bank views directly.
   void set_fallback_only(bool fallback_only) { fallback_only_ = fallback_only; }
 

@@ -259,11 +259,15 @@ void PagedKeyValueCache::IndexCommitted(const StepPlan& plan) {
     int32_t parent = first > 0 ? table.blocks[first - 1] : -1;
     if (fixed_ && parent >= 0 && !prefix_->indexed(parent)) {
       // Hybrid models recompute indexed blocks whenever no fixed-state checkpoint lets them adopt:
-      // the new blocks then continue the indexed twin's chain (as 0.18 indexes them).
+      // the new blocks then continue the indexed twin's chain (as 0.18 indexes them) -- unless part
+      // of that chain was evicted meanwhile, when they stay private (a root here would index
+      // mid-prompt tokens as a prompt's start).
       parent = -1;
-      for (size_t i = 0; i < first && (i == 0 || parent >= 0); ++i) {
+      for (size_t i = 0; i < first; ++i) {
         parent = prefix_->Find(parent, request.tokens.data() + i * block_size_);
+        if (parent < 0) break;
       }
+      if (parent < 0) continue;
     }
     for (size_t i = first; i < full && i < table.blocks.size(); ++i) {
       // A duplicate of an indexed block (the same prompt admitted twice at once) stays private.

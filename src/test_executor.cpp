@@ -126,6 +126,7 @@ struct TestEngineState {
   bool per_token_logits = false;
   std::vector<std::pair<size_t, size_t>> graphs;  // graph id -> (rows, columns); (0, 0) = unseen
   bool cuda_graph = false;
+  size_t max_block_table_columns = 0;  // the executor's own limit (0 = none)
   size_t fixed_states = 0;     // fixed tensors
   size_t fixed_row_words = 0;  // 8-byte words per fixed row
   bool fixed_capture = false;
@@ -157,6 +158,7 @@ OgaExtExecutionStatus OpenEngine(void* model_data, const OgaExtEngineGeometry* g
     state->fixed_row_words = static_cast<size_t>(model->config.test_fixed_state_row_words);
     state->fixed_capture = model->config.test_fixed_state_capture;
     state->cuda_graph = model->config.test_cuda_graph;
+    state->max_block_table_columns = static_cast<size_t>(model->config.test_max_block_table_columns);
     if (state->fixed_states > 0 && geometry->fixed_state_slots == 0) {
       WriteMessage(message, message_capacity, "test executor: a hybrid model needs the engine's fixed-state pool");
       return OgaExtExecutionStatus_Fatal;
@@ -251,7 +253,11 @@ std::string CheckGraphStep(TestEngineState& engine, const OgaExtStepInputs& in) 
   if (max_query != 1 || in.num_tokens != in.num_rows) return "test executor: a graph step is not a pure decode";
   const size_t columns = in.block_table_columns;
   const bool power_of_two = columns >= 8 && (columns & (columns - 1)) == 0;
-  if (!power_of_two && columns != engine.geometry.max_block_table_columns) {
+  const size_t widest = engine.max_block_table_columns > 0
+                            ? std::min(engine.max_block_table_columns, engine.geometry.max_block_table_columns)
+                            : engine.geometry.max_block_table_columns;
+  if (columns > widest) return "test executor: a graph step is wider than the executor's widest block table";
+  if (!power_of_two && columns != widest) {
     return "test executor: graph step columns " + std::to_string(columns) + " are not a graph bucket";
   }
   if (bounds[0] != 1 || bounds[1] != static_cast<int64_t>(columns) * block_size || bounds[2] < 1 ||

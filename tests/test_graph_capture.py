@@ -132,3 +132,19 @@ def test_without_the_capability_every_step_is_eager():
     run_once(engine, buffer)
     s = ogt.last_step_inputs(engine)
     assert s["graph_eligible"] and s["graph_id"] == -1 and s["block_table"].shape[1] == 1
+
+
+def test_graph_buckets_stop_at_the_executors_widest_block_table():
+    """Found in review: a graph bucket must not be wider than the table the executor takes."""
+    engine = og.Engine(ogt.create_test_model(**graph_cfg(context_length=128, max_block_table_columns=10)))
+    buffer = engine.create_event_buffer(64)
+    request = engine.create_request()
+    request.begin_turn([2 + (3 * i) % 60 for i in range(33)], turn_options(request, max_gen=4))
+    widths = []
+    while engine.has_pending_requests():
+        run_once(engine, buffer)
+        s = ogt.last_step_inputs(engine)
+        widths.append((s["graph_id"], s["block_table"].shape[1]))
+    assert any(g >= 0 for g, _ in widths), widths
+    assert all(w <= 10 for _, w in widths), widths
+    assert (1, 10) in widths  # the capped final bucket

@@ -441,11 +441,48 @@ def test_a_failed_device_copy_poisons_the_engine_with_committed_state_intact():
         for r, p in zip(requests, ([5, 6, 7], [8, 9], [10, 11, 12, 13])):
             r.begin_turn(p, turn_options(r, max_gen=8))
         run_once(engine, buffer)
-        before = snapshot(requests)
+        before = [ogt.fixed_state_slot(r) for r in requests]  # device rows are not readable from the host
         # skip 0: the reservation's gather fails; skip TENSORS: the gathers pass, commit preparation fails
         ogt.inject_fault(model, "device_copy", skip=skip)
         events = run_once(engine, buffer)
         assert all(e.flags & FAILED and e.error_code == code for e in events) and len(events) == 3
-        assert snapshot(requests) == before
+        assert [ogt.fixed_state_slot(r) for r in requests] == before
+        with pytest.raises(RuntimeError, match="lives in device memory"):
+            ogt.fixed_state_row(requests[0], 0)
         with pytest.raises(RuntimeError, match=text + ".*simulated device: copy of 3 rows failed"):
             engine.run(buffer)
+
+
+def test_a_recomputed_chain_whose_twin_was_evicted_stays_private():
+    """Found in review: a recomputed duplicate prefix continues its indexed twin's chain only while
+    that chain is still indexed; with part of it evicted between two prefill chunks, the new blocks
+    must not be indexed as the start of a prompt (a later prompt starting with those mid-prompt
+    tokens would adopt KV written at other positions)."""
+    model = ogt.create_test_model(**hybrid_cfg(prefix_caching=None, block_size=4, num_blocks=7, max_batch_size=3,
+                                               max_scheduled_tokens=10))
+    engine = og.Engine(model)
+    buffer = engine.create_event_buffer(64)
+
+    def turn(prompt, max_gen=1):
+        r = engine.create_request()
+        r.begin_turn(prompt, turn_options(r, max_gen=max_gen))
+        return r
+
+    x_prompt = [2 + (7 * i) % 60 for i in range(19)]
+    x = turn(x_prompt)
+    drive(engine, buffer)
+    x.close()  # x's blocks indexed and evictable, no checkpoint (its steps end at 10 and 19)
+    r = turn(x_prompt[:16] + [40])
+    run_once(engine, buffer)  # r's [0, 10) evicts two of x's blocks; r's first two are private twins
+    y = turn([50, 51, 52])  # admitted beside r's next chunk: evicts another of x's blocks
+    drive(engine, buffer)
+    r.close()
+    y.close()
+    z = turn(x_prompt[8:12])
+    drive(engine, buffer)
+    z.close()
+    w = turn(x_prompt[8:12] + [33], max_gen=2)
+    events = drive(engine, buffer)
+    mine = [e for e in events if e.request is w]
+    assert not any(e.flags & FAILED for e in mine)
+    assert [e.token for e in mine if e.flags & TOKEN] == OracleSequence().turn(x_prompt[8:12] + [33], max_gen=2)[0]

@@ -399,7 +399,8 @@ typedef struct OgaExtFixedStateSlot {
 } OgaExtFixedStateSlot;
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtRequestGetFixedStateSlot(const OgaRequest* request, OgaExtFixedStateSlot* out);
 /* The committed state row of fixed tensor `tensor` of `request`: *data points into the pool's active
- * bank (valid until the next Run), *size its bytes. */
+ * bank (valid until the next Run), *size its bytes. Host-memory pools only (an executor without
+ * OgaExtDeviceOps); a device pool is refused. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtRequestGetFixedStateRow(const OgaRequest* request, size_t tensor,
                                                                   const void** data, size_t* size);
 /* Benchmarks and tests: 1 = always gather / stage fixed state, never bind bank views directly. */
