@@ -1,17 +1,27 @@
-"""Build of oga's one extension, oga._core: the Cython binding plus every C++ core source.
+"""Build of oga's one extension, oga._core: the Cython binding plus every C++ core source, and of
+the device kernels (cuda/*.cu) into oga/kernels.
 
 The C API functions carry OGA_EXPORT (default visibility), so they stay exported from the
 extension even though everything else is compiled with -fvisibility=hidden; ctypes can load the
 extension (oga.library_path()) and call them.
+
+Kernels: with nvcc present, each cuda/*.cu becomes PTX (compute_90) and an sm_90 cubin, compiled
+while the extension compiles (cuda/build_kernels.py); without nvcc the build still succeeds and
+oga.cuda_kernels compiles them with NVRTC at run time. A wheel also carries the kernel sources (for
+NVRTC); an in-place or editable build leaves them in cuda/, where the loader finds them.
 """
 import os
+import shutil
 import sys
 from glob import glob
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(ROOT, "cuda"))
+import build_kernels  # noqa: E402  (cuda/build_kernels.py)
 
 
 def _rel(pattern):
@@ -39,7 +49,30 @@ core = Extension(
     libraries=libraries,
 )
 
+
+
+class BuildExtAndKernels(build_ext):
+    """build_ext, plus the kernels: nvcc runs alongside the C++ compiler."""
+
+    def run(self):
+        in_place = self.inplace or getattr(self, "editable_mode", False)
+        out_dir = os.path.join(ROOT if in_place else self.build_lib, "oga", "kernels")
+        if not in_place:
+            shutil.rmtree(out_dir, ignore_errors=True)  # nothing stale from an earlier build
+        kernels = build_kernels.KernelBuild(out_dir, log=lambda message: self.announce(message, level=2))
+        kernels.start()
+        try:
+            super().run()
+        except BaseException:
+            kernels.finish(report=False)
+            raise
+        kernels.finish()
+        if not in_place:
+            build_kernels.copy_sources(out_dir)
+
+
 setup(
+    cmdclass={"build_ext": BuildExtAndKernels},
     ext_modules=cythonize(
         [core],
         language_level=3,
