@@ -81,7 +81,14 @@ const OgaExtStepInputs& VarlenDecoderIO::Pack(const StepPlan& plan, const PagedK
     max_kv = std::max(max_kv, row.processed_before + packed);
   }
   // A graph step is packed at its bucket's width, so one captured graph serves every step of it.
-  const bool graph = graph_capture_ && plan.graph_eligible;
+  // A graph's bounds hold for every replay only while each decode row owns exactly the blocks its
+  // KV needs (a captured graph keeps the bounds it was captured with); a step where some row owns
+  // more runs eagerly.
+  bool exact_blocks = true;
+  for (const RequestStepPlan& row : plan.rows) {
+    exact_blocks = exact_blocks && row.blocks_after == cache.BlocksFor(row.processed_before + 1);
+  }
+  const bool graph = graph_capture_ && plan.graph_eligible && exact_blocks;
   const size_t columns = graph ? GraphColumns(plan.block_table_columns) : plan.block_table_columns;
   if (columns < plan.block_table_columns) throw ContractError("a graph step is wider than its graph bucket");
   cache.WriteBlockTable(plan, block_table_.data(), columns);
@@ -96,13 +103,9 @@ const OgaExtStepInputs& VarlenDecoderIO::Pack(const StepPlan& plan, const PagedK
   }
   if (graph) {
     // Bounds valid for every replay of the bucket: one query token; at most the bucket's slots; more
-    // than the preceding bucket's slots, because a decode row owns exactly the blocks its KV needs
-    // (a row owning more than that, or the smallest bucket, only bounds it by 1).
+    // than the preceding bucket's slots, because the widest row owns exactly the blocks its KV needs
+    // (the smallest bucket only bounds it by 1).
     const size_t block_size = cache.block_size();
-    bool exact_blocks = true;
-    for (const RequestStepPlan& row : plan.rows) {
-      exact_blocks = exact_blocks && row.blocks_after == cache.BlocksFor(row.processed_before + 1);
-    }
     size_t preceding = 0;  // the largest power of two below the bucket, if that is a smaller bucket
     if (columns > kMinGraphColumns) {
       preceding = kMinGraphColumns;
@@ -113,7 +116,7 @@ const OgaExtStepInputs& VarlenDecoderIO::Pack(const StepPlan& plan, const PagedK
     }
     attention_metadata_[0] = 1;
     attention_metadata_[1] = static_cast<int32_t>(columns * block_size);
-    attention_metadata_[2] = exact_blocks && preceding > 0 ? static_cast<int32_t>(preceding * block_size + 1) : 1;
+    attention_metadata_[2] = preceding > 0 ? static_cast<int32_t>(preceding * block_size + 1) : 1;
     if (max_kv > static_cast<size_t>(attention_metadata_[1]) || max_kv < static_cast<size_t>(attention_metadata_[2])) {
       throw ContractError("a graph step's KV length is outside its bucket's bounds");
     }

@@ -93,8 +93,8 @@ typedef struct OgaExtStepInputs {
    * power of two of at least 8 columns, capped at the configured maximum, the rows -1 padded -- and
    * attention_metadata holds bounds valid for every replay of that graph: [1, columns * block_size,
    * lower bound], the lower bound 1 for the smallest (or a capacity-clamped) bucket, else
-   * (preceding power of two * block_size) + 1. Always -1 for executors without the capability and
-   * for models with fixed state. */
+   * (preceding power of two * block_size) + 1. -1 for executors without the capability, for models
+   * with fixed state, and for a decode step in which some row owns more blocks than its KV needs. */
   int64_t graph_id;
 } OgaExtStepInputs;
 
