@@ -304,8 +304,10 @@ int32_t DrawWeighted(const float* weight, const double* block_mass, size_t count
 // bucketed by log-probability (each bucket spans a probability ratio of about 2%): the buckets above
 // the one the nucleus ends in are taken whole, and only that boundary bucket is sorted, so the
 // nucleus is exactly the smallest prefix of the (logit descending, index ascending) order whose
-// mass reaches top_p, as a full sort would give. The draw then walks bucket masses, and tokens only
-// inside the bucket it lands in (index order; the boundary bucket in its sorted order).
+// mass reaches top_p, as a full sort would give. The draw then walks the nucleus in index order
+// (every path walks its candidates in index order, as the device sampler does, so one Philox draw
+// picks the same token on both): a token belongs to it when its logit is above the last one taken
+// from the boundary bucket, or equal to it at a lower or equal index.
 int32_t SampleDense(float temperature, float top_p, RandomStream& stream, SamplingScratch& scratch) {
   const float* logits = scratch.logits.data();
   const size_t vocab = scratch.logits.size();
@@ -383,31 +385,31 @@ int32_t SampleDense(float temperature, float top_p, RandomStream& stream, Sampli
     // Only possible when rounding left the boundary bucket's mass short: the top token alone.
     return static_cast<int32_t>(FindFirst(logits, 0, vocab, max_logit));
   }
+  const int32_t last_taken = edge[taken - 1];
+  const float threshold = logits[last_taken];
   double remaining = stream.Uniform() * mass;
-  for (size_t bucket = 0; bucket < boundary; ++bucket) {
-    const double bucket_mass = even[bucket] + odd[bucket];
-    if (remaining >= bucket_mass) {
-      remaining -= bucket_mass;
-      continue;
+  int32_t last = last_taken;
+  const double* block_mass = scratch.block_mass.data();
+  for (size_t begin = 0; begin < vocab; begin += kWeightBlock) {
+    if (block_mass[begin / kWeightBlock] == 0.0) continue;  // nothing there can belong to the nucleus
+    const size_t end = std::min(vocab, begin + kWeightBlock);
+    for (size_t v = begin; v < end; ++v) {
+      const float logit = logits[v];
+      if (weight[v] == 0.0f || !(logit > threshold || (logit == threshold && static_cast<int32_t>(v) <= last_taken))) {
+        continue;
+      }
+      last = static_cast<int32_t>(v);
+      remaining -= weight[v];
+      if (remaining < 0) return last;
     }
-    int32_t* inside = scratch.order.data();
-    const size_t count = members(bucket, inside);
-    for (size_t i = 0; i < count; ++i) {
-      remaining -= weight[inside[i]];
-      if (remaining < 0) return inside[i];
-    }
-    if (count > 0) return inside[count - 1];
   }
-  for (size_t i = 0; i < taken; ++i) {
-    remaining -= weight[edge[i]];
-    if (remaining < 0) return edge[i];
-  }
-  return edge[taken - 1];
+  return last;  // rounding left a sliver of mass: the last member
 }
 
-// Sampling over a top-k candidate list without a nucleus: weights and one draw in list order.
-int32_t SampleCandidates(const int32_t* order, size_t count, float temperature, RandomStream& stream,
+// Sampling over a top-k candidate list without a nucleus: weights and one draw in index order.
+int32_t SampleCandidates(int32_t* order, size_t count, float temperature, RandomStream& stream,
                          SamplingScratch& scratch) {
+  std::sort(order, order + count);  // index order, as the device sampler walks
   const float* logits = scratch.logits.data();
   float* weight = scratch.weights.data();
   const float inverse_temperature = 1.0f / temperature;
@@ -483,9 +485,11 @@ int32_t SampleProcessed(float temperature, int32_t top_k, float top_p, RandomStr
   while (cut < kept && cumulative < target) cumulative += probability[cut++];
   kept = std::max<size_t>(cut, 1);
   total = cumulative > 0 ? cumulative : probability[0];
+  // The nucleus in index order, as the device sampler walks it (the weights do not depend on order).
+  std::sort(order, order + kept);
   double draw = stream.Uniform() * total;
   for (size_t i = 0; i < kept; ++i) {
-    draw -= probability[i];
+    draw -= std::exp((static_cast<double>(logits[order[i]]) - max_logit) * inverse_temperature);
     if (draw < 0) return order[i];
   }
   return order[kept - 1];

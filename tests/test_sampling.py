@@ -1126,9 +1126,9 @@ def test_the_random_stream_is_philox4x32_10():
 
 def test_seeded_draws_follow_the_philox_stream():
     """A seeded turn with top_k 2 at a huge temperature picks between the two best tokens with
-    probability ~1/2 each: the sampler walks the weaker candidate first, so draw n (Philox counter n
-    of the turn's seed) < 1/2 picks it. The whole stream is predicted from Philox and the test
-    executor's logits, independently of the engine."""
+    probability ~1/2 each: the sampler walks candidates in index order (as the device sampler does),
+    so draw n (Philox counter n of the turn's seed) < 1/2 picks the lower index. The whole stream is
+    predicted from Philox and the test executor's logits, independently of the engine."""
     from helpers import OracleSequence, scores
 
     prompt = [5, 9, 13]
@@ -1146,7 +1146,7 @@ def test_seeded_draws_follow_the_philox_stream():
     for n in range(steps):
         sc = scores(seq.state, VOCAB)
         best, second = sorted(range(VOCAB), key=lambda v: (-sc[v], v))[:2]
-        token = second if draw(seed, n) < 0.5 else best
+        token = min(best, second) if draw(seed, n) < 0.5 else max(best, second)
         if token in seq.eos:
             break
         seq.append(token)
