@@ -18,7 +18,6 @@ FixedStatePool::FixedStatePool(const std::vector<size_t>& row_bytes, size_t capa
       copy_destinations_(capacity),
       slots_(capacity),
       taken_(capacity, 0),
-      max_tokens_(max_tokens),
       capture_(capture),
       faults_(faults),
       checkpoints_(checkpoints) {

@@ -237,7 +237,6 @@ class FixedStatePool {
   std::vector<uint8_t> taken_;  // per slot: taken provisionally by the live reservation
   size_t total_row_bytes_ = 0;
   size_t persistent_bytes_ = 0;
-  size_t max_tokens_ = 0;
   bool capture_ = false;
   FaultInjector* faults_ = nullptr;
   bool fallback_only_ = false;

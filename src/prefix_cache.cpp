@@ -3,19 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "mix64.h"
+
 namespace oga {
-namespace {
-
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return x;
-}
-
-}  // namespace
 
 PrefixCache::PrefixCache(size_t num_blocks, size_t block_size)
     : block_size_(block_size),
@@ -34,7 +24,7 @@ PrefixCache::PrefixCache(size_t num_blocks, size_t block_size)
 uint64_t PrefixCache::KeyOf(int32_t parent, const int32_t* tokens) const {
   // The parent's key (not its id) chains the content of the whole prefix.
   uint64_t key = parent < 0 ? 0x6f6761707265666bull : key_[static_cast<size_t>(parent)];
-  for (size_t i = 0; i < block_size_; ++i) key = Mix(key ^ (static_cast<uint64_t>(static_cast<uint32_t>(tokens[i])) + 0x9E3779B97F4A7C15ull));
+  for (size_t i = 0; i < block_size_; ++i) key = Mix64(key ^ (static_cast<uint64_t>(static_cast<uint32_t>(tokens[i])) + 0x9E3779B97F4A7C15ull));
   return key == kNoKey ? 1 : key;
 }
 

@@ -6,13 +6,14 @@
 // chain stands in for attention:
 //
 //   state(-1) = 0x6F6761
-//   state(p)  = Mix(state(p-1) ^ token_p * G ^ p << 32)
-//   score(s, v) = Mix(s + (v + 1) * G) >> 40          (24 bits)
+//   state(p)  = Mix64(state(p-1) ^ token_p * G ^ p << 32)
+//   score(s, v) = Mix64(s + (v + 1) * G) >> 40          (24 bits)
 //   logits[v] = score(s, v) / 2^24 * 8 - 4            (exact in float32)
 //
-// with G = 0x9E3779B97F4A7C15 and Mix the splitmix64 finalizer. So the greedy stream of a sequence
-// is fixed by its tokens alone, whatever the batch, and a slot that does not hold the position the
-// block table claims (a packing, reservation or commit bug) is reported as a fatal failure.
+// with G = 0x9E3779B97F4A7C15 and Mix64 the splitmix64 finalizer (src/mix64.h). So the greedy
+// stream of a sequence is fixed by its tokens alone, whatever the batch, and a slot that does not
+// hold the position the block table claims (a packing, reservation or commit bug) is reported as a
+// fatal failure.
 //
 // With "test_model": {"windowed_block_table": true} and model.decoder.sliding_window, it also keeps
 // a sliding-window ring as a real ring layer would: every token is written to its ring slot through
@@ -24,7 +25,7 @@
 // one fixed state tensor per fixed binding, rows of "test_model": {"fixed_state_row_words": W}
 // 8-byte words (default 2). The row of tensor t after position p is
 //
-//   word 0 = Mix(state(p) + (t + 1) * G),  word 1 = p + 1 (tokens baked in),  word k = word 0 ^ k
+//   word 0 = Mix64(state(p) + (t + 1) * G),  word 1 = p + 1 (tokens baked in),  word k = word 0 ^ k
 //
 // and the zero row means no tokens. Every step checks each row's fixed input against the state its
 // paged chain reads back (a stale bank, a wrong slot, a missing zero row or a misordered row is a
@@ -44,6 +45,7 @@
 #include <vector>
 
 #include "errors.h"
+#include "mix64.h"
 #include "model.h"
 
 namespace oga {
@@ -51,15 +53,6 @@ namespace {
 
 constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
 constexpr uint64_t kInitialState = 0x6F6761ull;
-
-inline uint64_t Mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return x;
-}
 
 // A simulated device for engine-owned state ("device_ops": true): host memory behind the
 // OgaExtDeviceOps table, with copies that fault phase DeviceCopy can fail and counters tests read.
@@ -210,7 +203,7 @@ std::string CheckRing(TestEngineState& engine, const OgaExtStepInputs& in, size_
 
 // The fixed row of tensor `tensor` after position `position` whose chain state is `state`.
 void WriteFixedRow(uint64_t* row, size_t words, size_t tensor, uint64_t state, int64_t position) {
-  row[0] = Mix(state + (static_cast<uint64_t>(tensor) + 1) * kGolden);
+  row[0] = Mix64(state + (static_cast<uint64_t>(tensor) + 1) * kGolden);
   row[1] = static_cast<uint64_t>(position + 1);
   for (size_t k = 2; k < words; ++k) row[k] = row[0] ^ k;
 }
@@ -284,7 +277,7 @@ std::string CheckGraphStep(TestEngineState& engine, const OgaExtStepInputs& in) 
 
 void WriteLogits(uint64_t state, size_t vocab, float* row) {
   for (size_t v = 0; v < vocab; ++v) {
-    uint64_t score = Mix(state + (static_cast<uint64_t>(v) + 1) * kGolden) >> 40;
+    uint64_t score = Mix64(state + (static_cast<uint64_t>(v) + 1) * kGolden) >> 40;
     row[v] = static_cast<float>(score) * (8.0f / 16777216.0f) - 4.0f;
   }
 }
@@ -363,7 +356,7 @@ OgaExtExecutionStatus Execute(void* engine_data, const OgaExtStepInputs* in, Oga
         return OgaExtExecutionStatus_Fatal;
       }
       const uint64_t token = static_cast<uint64_t>(in->input_ids[i]);
-      state = Mix(state ^ (token * kGolden) ^ (static_cast<uint64_t>(position) << 32));
+      state = Mix64(state ^ (token * kGolden) ^ (static_cast<uint64_t>(position) << 32));
       slot->position = position;
       slot->state = state;
       for (size_t t = 0; t < engine->fixed_states; ++t) {

@@ -28,7 +28,6 @@ VarlenDecoderIO::VarlenDecoderIO(size_t max_rows, size_t max_tokens, size_t max_
       logits_indices_(max_rows),
       ring_blocks_(ring_blocks),
       block_table_windowed_(ring_blocks > 0 ? max_rows * max_columns : 0),
-      max_rows_(max_rows),
       max_columns_(max_columns),
       graph_capture_(graph_capture) {
   graph_buckets_ = max_columns_ > 0 ? GraphBucketIndex(GraphColumns(max_columns_)) + 1 : 0;
@@ -84,11 +83,10 @@ const OgaExtStepInputs& VarlenDecoderIO::Pack(const StepPlan& plan, const PagedK
   // A graph's bounds hold for every replay only while each decode row owns exactly the blocks its
   // KV needs (a captured graph keeps the bounds it was captured with); a step where some row owns
   // more runs eagerly.
-  bool exact_blocks = true;
-  for (const RequestStepPlan& row : plan.rows) {
-    exact_blocks = exact_blocks && row.blocks_after == cache.BlocksFor(row.processed_before + 1);
+  bool graph = graph_capture_ && plan.graph_eligible;
+  for (size_t r = 0; graph && r < plan.rows.size(); ++r) {
+    graph = plan.rows[r].blocks_after == cache.BlocksFor(plan.rows[r].processed_before + 1);
   }
-  const bool graph = graph_capture_ && plan.graph_eligible && exact_blocks;
   const size_t columns = graph ? GraphColumns(plan.block_table_columns) : plan.block_table_columns;
   if (columns < plan.block_table_columns) throw ContractError("a graph step is wider than its graph bucket");
   cache.WriteBlockTable(plan, block_table_.data(), columns);

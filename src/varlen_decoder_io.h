@@ -56,7 +56,6 @@ class VarlenDecoderIO {
   std::vector<int32_t> logits_indices_;
   size_t ring_blocks_;
   std::vector<int32_t> block_table_windowed_;
-  size_t max_rows_;
   size_t max_columns_;
   bool graph_capture_;
   size_t graph_buckets_ = 0;  // distinct bucket widths up to max_columns

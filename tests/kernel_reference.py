@@ -342,6 +342,24 @@ def log_weight_mass(row, temperature):
     return w / w.sum()
 
 
+def check_sample_distribution(tokens, row, temperature, top_k, top_p):
+    """Tokens drawn from one row follow the softmax over its kept candidates (top_k highest, then
+    the smallest prefix reaching top_p): none outside them, and a chi-square fit inside."""
+    row = np.asarray(row, dtype=np.float32)
+    vocab = row.size
+    order = np.lexsort((np.arange(vocab), -row))
+    kept = order[:top_k] if top_k else order
+    weights = np.exp((row[kept].astype(np.float64) - row.max()) / temperature)
+    if top_p < 1:
+        cut = int(np.searchsorted(np.cumsum(weights), top_p * weights.sum())) + 1
+        kept, weights = kept[:cut], weights[:cut]
+    probabilities = np.zeros(vocab)
+    probabilities[kept] = weights / weights.sum()
+    counts = np.bincount(np.asarray(tokens), minlength=vocab)
+    assert counts[probabilities == 0].sum() == 0
+    assert chi_square_ok(counts, probabilities, len(tokens))
+
+
 def chi_square_ok(counts, probabilities, draws):
     """A loose chi-square goodness-of-fit check (p > 1e-4) without scipy."""
     expected = probabilities * draws

@@ -76,17 +76,7 @@ def test_sampling_distribution(kernels, mem, top_k, top_p, temperature):
     logits = row[None, :]
     tokens, _ = ref.check_sample(mem, kernels, logits, [temperature] * draws, [top_k] * draws, [top_p] * draws,
                                  [2024] * draws, np.arange(draws), logits_rows=[0] * draws, block=32)
-    order = np.lexsort((np.arange(vocab), -row))
-    kept = order[:top_k] if top_k else order
-    weights = np.exp((row[kept].astype(np.float64) - row.max()) / temperature)
-    if top_p < 1:
-        cut = int(np.searchsorted(np.cumsum(weights), top_p * weights.sum())) + 1
-        kept, weights = kept[:cut], weights[:cut]
-    probabilities = np.zeros(vocab)
-    probabilities[kept] = weights / weights.sum()
-    counts = np.bincount(tokens, minlength=vocab)
-    assert counts[probabilities == 0].sum() == 0
-    assert ref.chi_square_ok(counts, probabilities, draws)
+    ref.check_sample_distribution(tokens, row, temperature, top_k, top_p)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])

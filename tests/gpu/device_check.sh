@@ -16,7 +16,10 @@
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 PYTHON=${PYTHON:-python3}
-LOG=${OUT:-/tmp}/device_check.log
+WORK=$(mktemp -d)  # this run's scratch: step output, offline-installed wheels
+LOG=${OUT:-$WORK}/device_check.log
+STEP_OUT=$WORK/step.out
+SITE=$WORK/site
 BUDGET=470  # seconds for all steps (8 minutes less a margin for the summary)
 start=$(date +%s)
 summary=()
@@ -39,11 +42,11 @@ step() {
     step_status=125
     return
   fi
-  timeout --kill-after=5 "$limit" "$@" | tee /tmp/oga-device-step.out
+  timeout --kill-after=5 "$limit" "$@" | tee "$STEP_OUT"
   step_status=${PIPESTATUS[0]}
   [ "$step_status" -eq 124 ] && echo "TIMED OUT after ${limit}s"
   # pytest's closing counts ("3 passed, 1 skipped in 2.0s"), when the step was a pytest run.
-  last_counts=$(grep -E "[0-9]+ (passed|failed|skipped|error)" /tmp/oga-device-step.out | tail -n 1 |
+  last_counts=$(grep -E "[0-9]+ (passed|failed|skipped|error)" "$STEP_OUT" | tail -n 1 |
     sed 's/=//g; s/^ *//; s/ *$//')
 }
 
@@ -87,8 +90,8 @@ step "environment" 60 bash -c show_environment
 
 if ls .whl/*.whl >/dev/null 2>&1; then
   step "carried wheels" 90 "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/oga-device-site .whl/*.whl
-  export PYTHONPATH=/tmp/oga-device-site${PYTHONPATH:+:$PYTHONPATH}
+    --target "$SITE" .whl/*.whl
+  export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
   summary+=("carried wheels: status $step_status")
 fi
 if [ "${OGA_PIP_INSTALL:-0}" = 1 ]; then
@@ -111,7 +114,7 @@ gpu_line="NOT RUN (the build failed)"
 cpu_line="NOT RUN (the build failed)"
 if [ "$build_status" -eq 0 ]; then
   step "cuda_status" 60 "$PYTHON" -c "import oga.cuda_kernels as ck; print(*ck.cuda_status(), sep=': ')"
-  status_line=$(tail -n 1 /tmp/oga-device-step.out)
+  status_line=$(tail -n 1 "$STEP_OUT")
 
   step "tests/gpu" 240 env PYTHONUNBUFFERED=1 "$PYTHON" -m pytest -q -s -rs -p no:cacheprovider tests/gpu
   gpu_line=$(verdict "$step_status")

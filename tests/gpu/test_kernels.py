@@ -146,17 +146,7 @@ def test_sampling_distribution(kernels, mem, top_k, top_p, temperature):
                    mem.put(np.full(draws, 2024, np.uint64)).ptr, mem.put(np.arange(draws, dtype=np.uint64)).ptr,
                    tokens.ptr, next_counters.ptr, logits_rows=mem.put(np.zeros(draws, np.int32)).ptr, block=32)
     tokens = mem.get(tokens)
-    order = np.lexsort((np.arange(vocab), -row))
-    kept = order[:top_k] if top_k else order
-    weights = np.exp((row[kept].astype(np.float64) - row.max()) / temperature)
-    if top_p < 1:
-        cut = int(np.searchsorted(np.cumsum(weights), top_p * weights.sum())) + 1
-        kept, weights = kept[:cut], weights[:cut]
-    probabilities = np.zeros(vocab)
-    probabilities[kept] = weights / weights.sum()
-    counts = np.bincount(tokens, minlength=vocab)
-    assert counts[probabilities == 0].sum() == 0
-    assert ref.chi_square_ok(counts, probabilities, draws)
+    ref.check_sample_distribution(tokens, row, temperature, top_k, top_p)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
