@@ -186,6 +186,40 @@ cdef extern from "oga/oga_ext.h" nogil:
         OgaExtLogitsType logits_type
         size_t logits_rows
         size_t logits_row_stride
+        int32_t logits_on_device
+
+    ctypedef struct OgaExtDeviceSampling:
+        size_t num_rows
+        const void* logits
+        OgaExtLogitsType logits_type
+        size_t logits_row_stride
+        size_t vocab_size
+        const int32_t* logits_rows
+        const float* temperatures
+        const int32_t* top_ks
+        const float* top_ps
+        const uint64_t* seeds
+        const uint64_t* counters
+        const int32_t* mask_eos
+        const int32_t* eos_ids
+        size_t num_eos
+        const float* repetition_penalties
+        const int64_t* history_offsets
+        const int32_t* history_tokens
+        int32_t* tokens
+
+    ctypedef struct OgaExtDeviceOps:
+        void* context
+        void* (*allocate)(void* context, size_t nbytes)
+        void (*release)(void* context, void* memory)
+        int32_t (*copy)(void* context, size_t count, const void* const* sources, void* const* destinations,
+                        size_t nbytes, char* message, size_t message_capacity)
+        int32_t (*fill_zero)(void* context, void* memory, size_t nbytes, char* message, size_t message_capacity)
+        int32_t (*synchronize)(void* context, char* message, size_t message_capacity)
+        int32_t (*read)(void* context, size_t count, const void* const* sources, void* const* destinations,
+                        size_t nbytes, char* message, size_t message_capacity)
+        int32_t (*sample)(void* context, const OgaExtDeviceSampling* sampling, char* message,
+                          size_t message_capacity)
 
     ctypedef struct OgaExtModelExecutor:
         int32_t per_token_logits
@@ -206,6 +240,7 @@ cdef extern from "oga/oga_ext.h" nogil:
         const size_t* fixed_state_row_bytes
         int32_t fixed_state_capture
         int32_t cuda_graph
+        const OgaExtDeviceOps* device_ops
 
     ctypedef struct OgaExtDecoderNames:
         const char* model_directory
@@ -279,6 +314,8 @@ cdef extern from "oga/oga_ext.h" nogil:
         uint64_t retained_events
         uint64_t fixed_state_direct_steps
         uint64_t fixed_state_fallback_steps
+        uint64_t device_sampled_rows
+        uint64_t host_read_logits_rows
 
     ctypedef struct OgaExtFixedStateSlot:
         int32_t slot

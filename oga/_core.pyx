@@ -1056,6 +1056,8 @@ def _engine_counters(OgaEngine engine not None):
         "retained_events": c.retained_events,
         "fixed_state_direct_steps": c.fixed_state_direct_steps,
         "fixed_state_fallback_steps": c.fixed_state_fallback_steps,
+        "device_sampled_rows": c.device_sampled_rows,
+        "host_read_logits_rows": c.host_read_logits_rows,
     }
 
 

@@ -549,6 +549,8 @@ OgaResult* OGA_API_CALL OgaExtEngineGetCounters(const OgaEngine* engine, OgaExtE
     out->retained_events = core.retained_event_count();
     out->fixed_state_direct_steps = counters.fixed_state_direct_steps;
     out->fixed_state_fallback_steps = counters.fixed_state_fallback_steps;
+    out->device_sampled_rows = counters.device_sampled_rows;
+    out->host_read_logits_rows = counters.host_read_logits_rows;
   });
 }
 

@@ -64,6 +64,8 @@ struct EngineCounters {
   uint64_t executor_ns = 0;
   uint64_t fixed_state_direct_steps = 0;
   uint64_t fixed_state_fallback_steps = 0;
+  uint64_t device_sampled_rows = 0;
+  uint64_t host_read_logits_rows = 0;
 };
 
 class Engine {

@@ -118,13 +118,53 @@ typedef struct OgaExtStepOutputs {
   OgaExtLogitsType logits_type;
   size_t logits_rows;
   size_t logits_row_stride; /* elements between rows; >= vocab_size */
+  /* 1: `logits` is a device address on the executor's device (OgaExtModelExecutor.device_ops must
+   * then provide `read`, and `sample` to select on the device). The engine selects the tokens of
+   * rows whose policy the device sampler supports through `sample` and reads back only the logits
+   * rows it selects on the host (guidance, no-repeat n-grams, draft verification, a row the device
+   * sampler left without a candidate). The executor must not modify the logits before the next
+   * execute. 0: host memory. */
+  int32_t logits_on_device;
 } OgaExtStepOutputs;
 
+/* One batched token selection over device logits (OgaExtDeviceOps.sample). Every array is host
+ * memory of num_rows entries (unless said otherwise), valid only during the call. Row i reads logits
+ * row logits_rows[i] and is processed exactly as the engine's host sampler (src/sampler.h, the
+ * reference) does it: every EOS id set to -inf when mask_eos[i]; then, when
+ * repetition_penalties[i] != 1, every distinct token of history_tokens[history_offsets[i] ..
+ * history_offsets[i + 1]) penalized (positive logits divided, others multiplied); then, when
+ * temperatures[i] is 0, the lowest index of the largest logit (no draw), else temperature, top_k
+ * (0 = off), top_p (1 = off) and one draw u from Philox4x32-10 with key seeds[i] at counter
+ * counters[i] (see OgaExtPhilox4x32_10), the kept candidates walked in index order. The sampler must
+ * not modify `logits` (process a copy): the engine may read a row back afterwards. */
+typedef struct OgaExtDeviceSampling {
+  size_t num_rows;
+  const void* logits; /* device address: OgaExtStepOutputs.logits */
+  OgaExtLogitsType logits_type;
+  size_t logits_row_stride;
+  size_t vocab_size;
+  const int32_t* logits_rows;
+  const float* temperatures;          /* 0 = greedy */
+  const int32_t* top_ks;
+  const float* top_ps;
+  const uint64_t* seeds;
+  const uint64_t* counters;
+  const int32_t* mask_eos;            /* 1: the row's turn is below its minimum length */
+  const int32_t* eos_ids;             /* [num_eos] */
+  size_t num_eos;
+  const float* repetition_penalties;  /* 1 = none */
+  const int64_t* history_offsets;     /* [num_rows + 1] */
+  const int32_t* history_tokens;      /* [history_offsets[num_rows]] each row's sequence, in order */
+  int32_t* tokens;                    /* out: the selected id, -1 when no candidate is left */
+} OgaExtDeviceSampling;
+
 /* Device memory operations, for state the engine core owns on the executor's device (the fixed-state
- * pool's banks and staging; reference E.5): an executor whose session runs on a device provides
- * them; NULL means host memory (the core allocates and copies it itself). Every pointer is a device
- * address; the pointer arrays themselves are host memory valid only during the call. Calls run on
- * the engine owner thread. Copies may be asynchronous until `synchronize`. */
+ * pool's banks and staging; reference E.5) and for the step's logits when they stay on the device:
+ * an executor whose session runs on a device provides them; NULL means host memory (the core
+ * allocates and copies it itself). Every pointer is a device address unless said otherwise; the
+ * pointer arrays themselves are host memory valid only during the call. Calls run on the engine
+ * owner thread. Copies may be asynchronous until `synchronize`; `read` and `sample` are complete
+ * when they return. A nonzero return (with a reason) makes the engine unhealthy. */
 typedef struct OgaExtDeviceOps {
   void* context;
   /* `bytes` of device memory (aligned to at least 64 bytes), or NULL when out of memory. */
@@ -138,6 +178,14 @@ typedef struct OgaExtDeviceOps {
   int32_t (*fill_zero)(void* context, void* memory, size_t bytes, char* message, size_t message_capacity);
   /* Waits for every copy enqueued so far. Returns 0, or nonzero with a reason. */
   int32_t (*synchronize)(void* context, char* message, size_t message_capacity);
+  /* `count` copies of `bytes` each from device sources[i] to HOST destinations[i]; complete on
+   * return. Required for OgaExtStepOutputs.logits_on_device. Returns 0, or nonzero with a reason. */
+  int32_t (*read)(void* context, size_t count, const void* const* sources, void* const* destinations, size_t bytes,
+                  char* message, size_t message_capacity);
+  /* Batched token selection on device logits (see OgaExtDeviceSampling); complete on return. May be
+   * NULL: the engine then reads every row back and selects on the host. Returns 0, or nonzero with
+   * a reason (a kernel launch failure: the engine becomes unhealthy with that text). */
+  int32_t (*sample)(void* context, const OgaExtDeviceSampling* sampling, char* message, size_t message_capacity);
 } OgaExtDeviceOps;
 
 typedef struct OgaExtModelExecutor {
@@ -300,7 +348,11 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaExtSetGuidanceLibrary(const char* path);
  *    "fixed_state_row_words": int >= 2 (default 2), "fixed_state_capture": bool (default false),
  *    "cuda_graph": bool (declares CUDA graphs and checks graph steps),
  *    "device_ops": bool (the engine's fixed-state memory comes from a simulated device: separate
- *    allocations, batched copies that fault phase DeviceCopy can fail, synchronization counted)}
+ *    allocations, batched copies that fault phase DeviceCopy can fail, synchronization counted),
+ *    "device_logits": bool (with device_ops: every step's logits live in simulated device memory,
+ *    reported with OgaExtStepOutputs.logits_on_device; `read` copies rows back and `sample` selects
+ *    with the host sampler's code, the device sampler's reference; fault phase DeviceSample fails it),
+ *    "device_sampling": bool (default true; false leaves OgaExtDeviceOps.sample NULL)}
  * With fixed_conv / fixed_recurrent groups in model.decoder.state_groups the test model is a hybrid
  * decoder: one fixed state tensor per fixed binding, rows of fixed_state_row_words 8-byte words,
  * each row's input checked against the row's token history (see src/test_executor.cpp).
@@ -325,6 +377,8 @@ typedef uint32_t OgaExtFaultPhase;
 #define OgaExtFaultPhase_DeviceCopy 7u /* the test model's simulated device ("device_ops": true) fails a
                                          copy: during reservation (fixed-state gather) a contract
                                          failure, during commit preparation an execution failure */
+#define OgaExtFaultPhase_DeviceSample 8u /* the simulated device's `sample` ("device_logits": true)
+                                           fails: the step is rolled back and the engine unhealthy */
 /* `kind`: for OgaExtFaultPhase_Execute, the OgaExtExecutionStatus the executor reports; for
  * OgaExtFaultPhase_Plan, Fatal or not (see above); ignored by the other phases. */
 /* Arms the fault: the next `skip` consultations of `phase` pass, then `count` fail. Arming again
@@ -382,6 +436,10 @@ typedef struct OgaExtEngineCounters {
    * that gathered / staged it. */
   uint64_t fixed_state_direct_steps;
   uint64_t fixed_state_fallback_steps;
+  /* Device logits (OgaExtStepOutputs.logits_on_device): rows selected by OgaExtDeviceOps.sample, and
+   * logits rows read back to the host for host selection. */
+  uint64_t device_sampled_rows;
+  uint64_t host_read_logits_rows;
 } OgaExtEngineCounters;
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtEngineGetCounters(const OgaEngine* engine, OgaExtEngineCounters* out);
 
