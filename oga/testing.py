@@ -27,6 +27,7 @@ FAULT_PHASES = {
     "commit": 5,
     "fixed_state_prepare": 6,
     "device_copy": 7,
+    "device_sample": 8,
 }
 # OgaExtExecutionStatus values an armed "execute" fault reports.
 FAULT_KINDS = {
@@ -58,6 +59,8 @@ def create_test_model(
     fixed_state_capture=False,
     cuda_graph=False,
     device_ops=False,
+    device_logits=False,
+    device_sampling=True,
     search=None,
 ):
     """Builds a genai_config document for the built-in test executor and creates the model
@@ -75,7 +78,11 @@ def create_test_model(
     token's state (needed to verify drafts on a hybrid model). ``cuda_graph`` declares the CUDA graph
     capability: pure-decode steps then come bucketed with a graph id, which the executor checks.
     ``device_ops`` puts the engine's fixed-state memory on a simulated device (fault phase
-    "device_copy" fails its copies)."""
+    "device_copy" fails its copies). ``device_logits`` (with ``device_ops``) leaves every step's logits
+    on that device (OgaExtStepOutputs.logits_on_device), stored encoded so an engine that read them
+    directly would select wrong tokens: the engine must read rows back through the device's `read`
+    or select through its `sample` (the host sampler's code; fault phase "device_sample" fails it);
+    ``device_sampling=False`` leaves `sample` out."""
     search_section = {"max_length": max_length or context_length, "do_sample": False}
     if chunk_size is not None:
         search_section["chunk_size"] = chunk_size
@@ -104,6 +111,8 @@ def create_test_model(
             "max_block_table_columns": max_block_table_columns,
             "cuda_graph": bool(cuda_graph),
             "device_ops": bool(device_ops),
+            "device_logits": bool(device_logits),
+            "device_sampling": bool(device_sampling),
         },
     }
     if sliding_window is not None:

@@ -303,6 +303,15 @@ Engine::Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size
   plan_.cached_block_ids.reserve(limits.max_batch_size * cache_.max_columns());
   plan_.unserviceable.reserve(limits.max_batch_size);
   staged_.resize(limits.max_batch_size);
+  const OgaExtDeviceOps* device_ops = model_->executor().device_ops;
+  if (DeviceLogits::Supported(device_ops)) {
+    const size_t logits_rows = model_->executor().per_token_logits != 0
+                                   ? std::max(limits.max_scheduled_tokens, limits.max_batch_size)
+                                   : limits.max_batch_size;
+    device_logits_ = std::make_unique<DeviceLogits>(device_ops, limits.max_batch_size, logits_rows, vocab_size_);
+    device_select_.reserve(limits.max_batch_size);
+    host_select_.reserve(limits.max_batch_size);
+  }
 }
 
 Engine::~Engine() { Teardown(); }
@@ -726,14 +735,10 @@ void Engine::ExecuteTransaction() {
       return;
   }
   const size_t expected_rows = executor_.per_token_logits() ? plan_.num_tokens : plan_.rows.size();
-  if (outputs.logits == nullptr || outputs.logits_rows != expected_rows || outputs.logits_row_stride < vocab_size_ ||
-      outputs.logits_type > OgaExtLogitsType_Float16) {
+  if (const std::string failure = CheckLogitsOutputs(outputs, expected_rows); !failure.empty()) {
     Rollback();
     Poison(OgaErrorCode_EngineExecutionFailure,
-           "Model execution failed and the Engine is no longer healthy. Cause: the executor returned " +
-               std::to_string(outputs.logits_rows) + " logits rows of stride " +
-               std::to_string(outputs.logits_row_stride) + "; expected " + std::to_string(expected_rows) +
-               " rows of at least " + std::to_string(vocab_size_) + " logits");
+           "Model execution failed and the Engine is no longer healthy. Cause: the executor returned " + failure);
     return;
   }
   // Select and stage next tokens.
@@ -750,6 +755,12 @@ void Engine::ExecuteTransaction() {
   } catch (const std::bad_alloc&) {
     Rollback();
     PushEngineEvent(OgaEngineEventFlag_CapacityBlocked, OgaErrorCode_ExecutionCapacityExceeded);
+    return;
+  } catch (const std::exception& error) {
+    // The device failed a read or a sampling launch (or returned nonsense): its state is unknown.
+    Rollback();
+    Poison(OgaErrorCode_EngineExecutionFailure,
+           std::string("Token selection failed and the Engine is no longer healthy. Cause: ") + error.what());
     return;
   }
   // Prepare the commit: the last point where the transaction can still be undone.
@@ -788,7 +799,21 @@ void Engine::ExecuteTransaction() {
   }
 }
 
+std::string Engine::CheckLogitsOutputs(const OgaExtStepOutputs& outputs, size_t expected_rows) const {
+  if (outputs.logits == nullptr || outputs.logits_rows != expected_rows || outputs.logits_row_stride < vocab_size_ ||
+      outputs.logits_type > OgaExtLogitsType_Float16) {
+    return std::to_string(outputs.logits_rows) + " logits rows of stride " + std::to_string(outputs.logits_row_stride) +
+           "; expected " + std::to_string(expected_rows) + " rows of at least " + std::to_string(vocab_size_) +
+           " logits";
+  }
+  if (outputs.logits_on_device != 0 && !device_logits_) {
+    return "device logits, but its OgaExtDeviceOps has no read operation";
+  }
+  return std::string();
+}
+
 LogitsRow Engine::LogitsRowAt(const OgaExtStepOutputs& outputs, size_t row) const {
+  if (outputs.logits_on_device != 0) return device_logits_->HostRow(row, outputs.logits_type);
   const size_t element_size = outputs.logits_type == OgaExtLogitsType_Float16 ? 2 : 4;
   LogitsRow logits;
   logits.data = static_cast<const char*>(outputs.logits) + row * outputs.logits_row_stride * element_size;
@@ -846,13 +871,17 @@ Engine::StagedResult Engine::SelectToken(Request& request, const LogitsRow& logi
       if (token < 0) throw RetryableStepError("every logit of a row is NaN");
     }
   }
+  StageSelectedToken(request, token, staged, participant);
+  return staged;
+}
+
+void Engine::StageSelectedToken(Request& request, int32_t token, StagedResult& staged, size_t participant) {
   if (std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) {
     staged.finish_reason = OgaFinishReason_Eos;  // EOS is neither appended nor emitted
-    return staged;
+    return;
   }
   staged.tokens[staged.count++] = token;
   StageTurnEnd(request, staged, participant);
-  return staged;
 }
 
 bool Engine::StageTurnEnd(Request& request, StagedResult& staged, size_t participant) {
@@ -940,6 +969,7 @@ void Engine::StageResults(const OgaExtStepOutputs& outputs) {
 }
 
 void Engine::SelectTokens(size_t count, const OgaExtStepOutputs& outputs) {
+  if (outputs.logits_on_device != 0) count = SelectOnDevice(count, outputs);
   select_outputs_ = &outputs;
   workers_.Run(
       count,
@@ -955,6 +985,70 @@ void Engine::SelectTokens(size_t count, const OgaExtStepOutputs& outputs) {
         *engine.select_staged_[i] = engine.SelectToken(*engine.select_requests_[i], logits, participant);
       },
       this);
+}
+
+size_t Engine::SelectOnDevice(size_t count, const OgaExtStepOutputs& outputs) {
+  DeviceLogits& device = *device_logits_;
+  device.ClearSamples();
+  device.ClearReads();
+  device_select_.clear();
+  host_select_.clear();
+  for (size_t i = 0; i < count; ++i) {
+    const Request& request = *select_requests_[i];
+    const TurnPolicy& policy = request.policy;
+    const bool drafts = select_rows_[i] != nullptr && select_rows_[i]->draft_count > 0;
+    // What the device sampler does not do (see OgaExtDeviceSampling) stays on the host.
+    if (!device.can_sample() || drafts || request.guidance || policy.no_repeat_ngram_size > 0) {
+      host_select_.push_back(i);
+      continue;
+    }
+    const RandomStream stream = policy.seed ? RandomStream(*policy.seed) : request.stream;
+    device.AddSample(static_cast<int32_t>(select_logits_rows_[i]), policy.greedy ? 0.0f : policy.temperature,
+                     policy.top_k, policy.top_p, stream.key(), stream.counter(),
+                     request.turn_generated_tokens < policy.min_generated_tokens, policy.repetition_penalty,
+                     request.tokens);
+    device_select_.push_back(i);
+  }
+  const int32_t* tokens = device.Sample(outputs, eos_ids_);
+  bool reordered = false;
+  for (size_t j = 0; j < device_select_.size(); ++j) {
+    const size_t i = device_select_[j];
+    if (tokens[j] < 0) {
+      // Nothing was left after masking: the host's fallbacks need the raw row.
+      host_select_.push_back(i);
+      reordered = true;
+      continue;
+    }
+    Request& request = *select_requests_[i];
+    StagedResult& staged = *select_staged_[i];
+    staged = StagedResult{};
+    if (!request.policy.greedy) {
+      // The device drew once from (key, counter): the host copy of the stream skips that draw.
+      staged.stream = request.policy.seed ? RandomStream(*request.policy.seed) : request.stream;
+      staged.stream.Skip(1);
+      staged.drew = true;
+    }
+    StageSelectedToken(request, tokens[j], staged, 0);
+    ++counters_.device_sampled_rows;
+  }
+  if (reordered) std::sort(host_select_.begin(), host_select_.end());
+  // Read back what the host rows need, in one call.
+  for (const size_t i : host_select_) {
+    const RequestStepPlan* row = select_rows_[i];
+    const size_t rows = row != nullptr && row->draft_count > 0 ? row->draft_count + 1 : 1;
+    for (size_t k = 0; k < rows; ++k) device.MarkRead(select_logits_rows_[i] + k, outputs.logits_rows);
+  }
+  device.Read(outputs);
+  counters_.host_read_logits_rows += device.read_count();
+  // Host rows to the front, in order (host_select_[k] >= k, so nothing is overwritten unread).
+  for (size_t k = 0; k < host_select_.size(); ++k) {
+    const size_t i = host_select_[k];
+    select_requests_[k] = select_requests_[i];
+    select_logits_rows_[k] = select_logits_rows_[i];
+    select_staged_[k] = select_staged_[i];
+    select_rows_[k] = select_rows_[i];
+  }
+  return host_select_.size();
 }
 
 void Engine::CheckFixedStateReservation() const {
@@ -1123,12 +1217,11 @@ void Engine::StepStatic() {
   ExecutionResult result = executor_.ExecuteStatic(*inputs, outputs);
   counters_.executor_ns += NowNs() - start;
   ++counters_.model_runs;
-  if (result.status == OgaExtExecutionStatus_Ok &&
-      (outputs.logits == nullptr || outputs.logits_rows != rows.size() || outputs.logits_row_stride < vocab_size_ ||
-       outputs.logits_type > OgaExtLogitsType_Float16)) {
-    result.status = OgaExtExecutionStatus_Fatal;
-    result.message = "the executor returned " + std::to_string(outputs.logits_rows) + " logits rows for a batch of " +
-                     std::to_string(rows.size());
+  if (result.status == OgaExtExecutionStatus_Ok) {
+    if (const std::string failure = CheckLogitsOutputs(outputs, rows.size()); !failure.empty()) {
+      result.status = OgaExtExecutionStatus_Fatal;
+      result.message = "the executor returned " + failure;
+    }
   }
   // A failed static step has mutated no request: the rows simply run the same step again.
   switch (result.status) {
@@ -1163,6 +1256,10 @@ void Engine::StepStatic() {
     return;
   } catch (const std::bad_alloc&) {
     PushEngineEvent(OgaEngineEventFlag_CapacityBlocked, OgaErrorCode_ExecutionCapacityExceeded);
+    return;
+  } catch (const std::exception& error) {
+    Poison(OgaErrorCode_EngineExecutionFailure,
+           std::string("Token selection failed and the Engine is no longer healthy. Cause: ") + error.what());
     return;
   }
   for (size_t r = 0; r < rows.size(); ++r) {

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "device_logits.h"
 #include "errors.h"
 #include "events.h"
 #include "hybrid_decoder_io.h"
@@ -168,6 +169,14 @@ class Engine {
   // Runs SelectToken for the first `count` entries of select_requests_ / select_logits_rows_ into
   // select_staged_, shared among RowWorkers.
   void SelectTokens(size_t count, const OgaExtStepOutputs& outputs);
+  // Device logits: selects the rows the device sampler supports there, stages them, reads back the
+  // logits rows the others need and moves those rows to the front of the select_* arrays; returns
+  // how many rows are left for host selection. Throws DeviceError.
+  size_t SelectOnDevice(size_t count, const OgaExtStepOutputs& outputs);
+  // The common end of token selection: EOS, then the token and the turn-end staging.
+  void StageSelectedToken(Request& request, int32_t token, StagedResult& staged, size_t participant);
+  // Whether the executor's outputs are usable: "" or what is wrong with them.
+  std::string CheckLogitsOutputs(const OgaExtStepOutputs& outputs, size_t expected_rows) const;
   // Appends the staged token, ends the turn when staged so, and queues the row's event.
   void PublishToken(Request& request, const StagedResult& staged);
   // The turn's stop strings, grammar and draft proposal are done with.
@@ -225,6 +234,10 @@ class Engine {
   std::vector<const RequestStepPlan*> select_rows_;  // the plan row, or null on the static path
   const OgaExtStepOutputs* select_outputs_ = nullptr;
   std::vector<Request*> failed_rows_;  // rows whose turn failed in this step (poisoned grammar)
+  // Executors whose device ops can read logits back: the device selection's storage.
+  std::unique_ptr<DeviceLogits> device_logits_;
+  std::vector<size_t> device_select_;  // select_* index of each row of the device batch
+  std::vector<size_t> host_select_;    // select_* indexes selected on the host, ascending
 
   SpeculativeCounters speculative_;
   bool in_step_ = false;  // a transaction is running (executor callbacks may call back in)

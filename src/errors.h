@@ -27,6 +27,13 @@ class RetryableStepError : public std::runtime_error {
   explicit RetryableStepError(const std::string& message) : std::runtime_error(message) {}
 };
 
+// The executor's device failed an operation the engine asked of it (reading logits back, batched
+// sampling): the step is rolled back and the engine poisons itself with the device's reason.
+class DeviceError : public std::runtime_error {
+ public:
+  explicit DeviceError(const std::string& message) : std::runtime_error(message) {}
+};
+
 inline constexpr const char* kOwnerThreadMessage = "Engine operations must be called from the Engine owner thread.";
 inline constexpr const char* kClosedRequestMessage = "Cannot use a closed request.";
 

@@ -12,7 +12,7 @@ namespace oga {
 
 class FaultInjector {
  public:
-  static constexpr uint32_t kPhaseCount = 8;
+  static constexpr uint32_t kPhaseCount = 9;
 
   // Any thread.
   void Arm(OgaExtFaultPhase phase, OgaExtExecutionStatus kind, uint64_t skip, uint64_t count) {

@@ -551,6 +551,10 @@ void ParseTestModelSection(const Value& test_model, ModelConfig& config) {
       config.test_cuda_graph = ReadBool(member.value, member.key);
     } else if (member.key == "device_ops") {
       config.test_device_ops = ReadBool(member.value, member.key);
+    } else if (member.key == "device_logits") {
+      config.test_device_logits = ReadBool(member.value, member.key);
+    } else if (member.key == "device_sampling") {
+      config.test_device_sampling = ReadBool(member.value, member.key);
     } else {
       FailUnknownKey("test_model", member);
     }

@@ -132,6 +132,8 @@ struct ModelConfig {
   bool test_fixed_state_capture = false;   // the test executor captures every token's fixed state
   bool test_cuda_graph = false;            // the test executor declares (and checks) CUDA graph steps
   bool test_device_ops = false;            // engine-owned state on a simulated device
+  bool test_device_logits = false;         // logits on the simulated device (needs test_device_ops)
+  bool test_device_sampling = true;        // the simulated device selects tokens (OgaExtDeviceOps.sample)
 };
 
 // Parses a genai_config.json document. Throws json::Error (a std::runtime_error) whose message

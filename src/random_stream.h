@@ -17,6 +17,8 @@ class RandomStream {
  public:
   RandomStream() { Seed(0); }
   explicit RandomStream(uint64_t seed) { Seed(seed); }
+  // The stream keyed by `seed` whose next draw is draw `counter`.
+  RandomStream(uint64_t seed, uint64_t counter) : key_(seed), counter_(counter) {}
 
   void Seed(uint64_t seed) {
     key_ = seed;
@@ -30,6 +32,9 @@ class RandomStream {
     const uint64_t bits = (static_cast<uint64_t>(out[0]) << 21) | (static_cast<uint64_t>(out[1]) >> 11);
     return static_cast<double>(bits) * (1.0 / 9007199254740992.0);
   }
+
+  // Skips `draws` draws (made elsewhere from the same key and counter, e.g. on the device).
+  void Skip(uint64_t draws) { counter_ += draws; }
 
   uint64_t key() const { return key_; }
   uint64_t counter() const { return counter_; }

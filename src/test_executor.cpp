@@ -47,6 +47,8 @@
 #include "errors.h"
 #include "mix64.h"
 #include "model.h"
+#include "random_stream.h"
+#include "sampler.h"
 
 namespace oga {
 namespace {
@@ -61,6 +63,8 @@ struct SimulatedDevice {
   size_t live_allocations = 0;
   uint64_t copies = 0;
   uint64_t synchronizations = 0;
+  uint64_t reads = 0;
+  uint64_t sampled_rows = 0;
 };
 
 void* DeviceAllocate(void* context, size_t bytes) {
@@ -97,6 +101,59 @@ int32_t DeviceSynchronize(void* context, char*, size_t) {
   return 0;
 }
 
+// Logits on the simulated device are stored negated, so an engine that dereferenced them instead
+// of reading them back (or sampling on the device) would pick the worst tokens.
+float EncodeDeviceLogit(float logit) { return -logit; }
+float DecodeDeviceLogit(float stored) { return -stored; }
+
+int32_t DeviceRead(void* context, size_t count, const void* const* sources, void* const* destinations, size_t bytes,
+                   char* message, size_t capacity) {
+  auto* device = static_cast<SimulatedDevice*>(context);
+  if (device->faults->Consult(OgaExtFaultPhase_DeviceCopy) != OgaExtExecutionStatus_Ok) {
+    if (capacity > 0) std::snprintf(message, capacity, "simulated device: read of %zu rows failed", count);
+    return 1;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const float* source = static_cast<const float*>(sources[i]);
+    float* destination = static_cast<float*>(destinations[i]);
+    for (size_t k = 0; k < bytes / sizeof(float); ++k) destination[k] = DecodeDeviceLogit(source[k]);
+  }
+  device->reads += count;
+  return 0;
+}
+
+// The device sampler's reference: the host sampler's own functions over a decoded copy of each row
+// (the contract forbids touching the executor's logits).
+int32_t DeviceSample(void* context, const OgaExtDeviceSampling* sampling, char* message, size_t capacity) {
+  auto* device = static_cast<SimulatedDevice*>(context);
+  if (device->faults->Consult(OgaExtFaultPhase_DeviceSample) != OgaExtExecutionStatus_Ok) {
+    if (capacity > 0) std::snprintf(message, capacity, "simulated device: sampling kernel launch failed (injected)");
+    return 1;
+  }
+  const size_t vocab = sampling->vocab_size;
+  SamplingScratch scratch(vocab);
+  std::vector<float> row(vocab);
+  const std::vector<int32_t> eos_ids(sampling->eos_ids, sampling->eos_ids + sampling->num_eos);
+  for (size_t r = 0; r < sampling->num_rows; ++r) {
+    const float* stored = static_cast<const float*>(sampling->logits) +
+                          static_cast<size_t>(sampling->logits_rows[r]) * sampling->logits_row_stride;
+    for (size_t v = 0; v < vocab; ++v) row[v] = DecodeDeviceLogit(stored[v]);
+    LoadLogits(LogitsRow{row.data(), OgaExtLogitsType_Float32}, vocab, scratch);
+    const std::vector<int32_t> history(sampling->history_tokens + sampling->history_offsets[r],
+                                       sampling->history_tokens + sampling->history_offsets[r + 1]);
+    ProcessLogits(history, eos_ids, sampling->mask_eos[r] != 0, sampling->repetition_penalties[r], 0, scratch);
+    if (sampling->temperatures[r] == 0.0f) {
+      sampling->tokens[r] = ArgMaxProcessed(scratch);
+    } else {
+      RandomStream stream(sampling->seeds[r], sampling->counters[r]);
+      sampling->tokens[r] = SampleProcessed(sampling->temperatures[r], sampling->top_ks[r], sampling->top_ps[r], stream,
+                                            scratch);
+    }
+  }
+  device->sampled_rows += sampling->num_rows;
+  return 0;
+}
+
 struct TestModelData {
   ModelConfig config;
   std::shared_ptr<FaultInjector> faults;
@@ -119,6 +176,7 @@ struct TestEngineState {
   bool per_token_logits = false;
   std::vector<std::pair<size_t, size_t>> graphs;  // graph id -> (rows, columns); (0, 0) = unseen
   bool cuda_graph = false;
+  bool device_logits = false;  // logits stored encoded, reported as device memory
   size_t max_block_table_columns = 0;  // the executor's own limit (0 = none)
   size_t fixed_states = 0;     // fixed tensors
   size_t fixed_row_words = 0;  // 8-byte words per fixed row
@@ -151,6 +209,7 @@ OgaExtExecutionStatus OpenEngine(void* model_data, const OgaExtEngineGeometry* g
     state->fixed_row_words = static_cast<size_t>(model->config.test_fixed_state_row_words);
     state->fixed_capture = model->config.test_fixed_state_capture;
     state->cuda_graph = model->config.test_cuda_graph;
+    state->device_logits = model->config.test_device_logits;
     state->max_block_table_columns = static_cast<size_t>(model->config.test_max_block_table_columns);
     if (state->fixed_states > 0 && geometry->fixed_state_slots == 0) {
       WriteMessage(message, message_capacity, "test executor: a hybrid model needs the engine's fixed-state pool");
@@ -392,6 +451,11 @@ OgaExtExecutionStatus Execute(void* engine_data, const OgaExtStepInputs* in, Oga
   out->logits_type = OgaExtLogitsType_Float32;
   out->logits_rows = engine->per_token_logits ? in->num_tokens : in->num_rows;
   out->logits_row_stride = vocab;
+  if (engine->device_logits) {
+    float* logits = engine->logits.data();
+    for (size_t k = 0; k < out->logits_rows * vocab; ++k) logits[k] = EncodeDeviceLogit(logits[k]);
+    out->logits_on_device = 1;
+  }
   return OgaExtExecutionStatus_Ok;
 }
 
@@ -437,7 +501,13 @@ std::shared_ptr<Model> CreateTestModel(const std::string& config_json) {
     data->device_ops.copy = DeviceCopy;
     data->device_ops.fill_zero = DeviceFillZero;
     data->device_ops.synchronize = DeviceSynchronize;
+    if (config.test_device_logits) {
+      data->device_ops.read = DeviceRead;
+      if (config.test_device_sampling) data->device_ops.sample = DeviceSample;
+    }
     executor.device_ops = &data->device_ops;
+  } else if (config.test_device_logits) {
+    throw ApiError("test_model.device_logits needs test_model.device_ops");
   }
   executor.model_data = data.get();
   executor.open_engine = OpenEngine;

@@ -66,6 +66,7 @@ class PyExecutor:
         self.per_token = per_token
         self.script = dict(script or {})  # call index -> (status, message)
         self.stride = vocab + stride_pad
+        self.logits_on_device = 0
         self.calls = 0
         self.opened = []
         self.closed = 0
@@ -150,6 +151,7 @@ class PyExecutor:
         o.logits_type = 0
         o.logits_rows = len(chosen)
         o.logits_row_stride = self.stride
+        o.logits_on_device = self.logits_on_device
         return 0
 
 
@@ -267,6 +269,20 @@ def test_executor_fatal_status_poisons_with_its_message(lib):
     lib.OgaDestroyRequest(b)
     h.destroy()
     assert ex.closed == 1
+
+
+def test_device_logits_without_a_device_read_are_fatal(lib):
+    ex = PyExecutor()
+    ex.logits_on_device = 1  # and no OgaExtDeviceOps: the engine cannot see such logits
+    h, buf = make(lib, ex)
+    r = h.request()
+    h.begin(r, [5, 9, 13], max_gen=4)
+    ok(lib, lib.OgaEngineRun(h.engine, buf))
+    assert error(lib, lib.OgaEngineRun(h.engine, buf)) == (
+        "Model execution failed and the Engine is no longer healthy. Cause: the executor returned device logits, "
+        "but its OgaExtDeviceOps has no read operation")
+    lib.OgaDestroyRequest(r)
+    h.destroy()
 
 
 def test_executor_returning_wrong_row_count_is_fatal(lib):
