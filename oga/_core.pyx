@@ -1217,6 +1217,7 @@ cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtMod
             executor.num_fixed_states = len(decoder.fixed_states)
             executor.fixed_state_row_bytes = <const size_t*><size_t>_fixed_state_row_bytes(decoder)
             executor.fixed_state_capture = 1 if getattr(decoder, "fixed_state_capture", False) else 0
+            executor.cuda_graph = 1 if getattr(decoder, "cuda_graph", False) else 0
         except BaseException as error:
             _write_message(message, capacity, error)
             return 3  # OgaExtExecutionStatus_Fatal
@@ -1224,7 +1225,7 @@ cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtMod
         executor.model_data = <void*>decoder
         executor.open_engine = _onnx_open_engine
         executor.execute = _onnx_execute
-        executor.close_engine = _onnx_release
+        executor.close_engine = _onnx_close_engine
         executor.release_model = _onnx_release
         executor.execute_static = _onnx_execute_static
         return 0
@@ -1267,7 +1268,7 @@ cdef OgaExtExecutionStatus _onnx_execute(void* engine_data, const OgaExtStepInpu
                 inputs.num_rows, inputs.num_tokens, <size_t>inputs.input_ids, <size_t>inputs.position_ids,
                 <size_t>inputs.cumulative_sequence_lengths, <size_t>inputs.past_sequence_lengths,
                 <size_t>inputs.block_table, inputs.block_table_columns, <size_t>inputs.attention_metadata,
-                <size_t>inputs.logits_indices, <size_t>inputs.block_table_windowed, fixed_state)
+                <size_t>inputs.logits_indices, <size_t>inputs.block_table_windowed, fixed_state, inputs.graph_id)
             if status != 0:
                 _write_message(message, capacity, text)
                 return status
@@ -1275,6 +1276,7 @@ cdef OgaExtExecutionStatus _onnx_execute(void* engine_data, const OgaExtStepInpu
             outputs.logits_type = executor.logits_type
             outputs.logits_rows = rows
             outputs.logits_row_stride = executor.vocab
+            outputs.logits_on_device = 1 if executor.logits_on_device else 0
         except BaseException as error:
             _write_message(message, capacity, f"{type(error).__name__}: {error}")
             return 3
@@ -1306,6 +1308,19 @@ cdef OgaExtExecutionStatus _onnx_execute_static(void* engine_data, const OgaExtS
 cdef void _onnx_release(void* data) noexcept nogil:
     with gil:
         Py_DECREF(<object>data)
+
+
+cdef void _onnx_close_engine(void* data) noexcept nogil:
+    """close_engine: the executor releases its device memory now, not whenever it is collected."""
+    with gil:
+        executor = <object>data
+        try:
+            executor.close()
+        except BaseException as error:
+            import warnings
+            warnings.warn(f"oga: closing the ONNX Runtime executor failed: {type(error).__name__}: {error}",
+                          RuntimeWarning)
+        Py_DECREF(executor)
 
 
 # The token table the engine copies while the loader runs; kept until the next load.

@@ -1,8 +1,8 @@
 """The ONNX Runtime model executor: runs a paged decoder for the engine core.
 
 The core hands every step over as packed buffers it owns (see OgaExtStepInputs in
-include/oga/oga_ext.h). This module binds those buffers to the session by address through
-IOBinding, so nothing is copied on the way in; the KV caches are allocated once per engine,
+include/oga/oga_ext.h). On the host path (CPU provider) this module binds those buffers to the
+session by address through IOBinding, so nothing is copied on the way in; the KV caches are allocated once per engine,
 zeroed, and bound as both the cache input and the cache output of every layer, so ONNX Runtime
 updates them in place (the graph must produce each present cache straight out of ScatterND). The
 logits land in a buffer allocated once at the configured row limit.
@@ -31,8 +31,27 @@ FixedStateTensor.capture_name and sets `fixed_state_capture`; execute's `fixed_s
 then (input, output, capture) address triples, the capture [num_tokens, *row_shape] contiguous
 memory overlapping neither the input nor the output.
 
+Devices (oga/device.py). The host path above runs whenever the session runs on the CPU provider.
+When ONNX Runtime puts the session on CUDAExecutionProvider, OnnxDecoder opens
+`oga.device.CudaDevice(device_id)` before creating the session and passes the device's stream as the
+provider's `user_compute_stream`, so ONNX Runtime's kernels and the executor's copies share one
+stream; open_engine then returns a DeviceOnnxEngineExecutor: paged and ring caches allocated on the
+device once and zero-filled, bound as past and present as on the host path; one device buffer
+holding every packed input at its configured limit, filled each step from one pinned staging buffer
+with at most one upload per input, and bound at addresses that never change; the logits in a device
+buffer at the row limit, copied back to a pinned host buffer with one copy per step (the switch
+`DeviceOnnxEngineExecutor.logits_on_device` hands the device address to the engine instead, for
+device sampling). When the config's cuda provider options set enable_cuda_graph, the decoder
+declares OgaExtModelExecutor.cuda_graph and every step runs with the run option gpu_graph_id =
+OgaExtStepInputs.graph_id (-1: eager). Fixed state stays engine-owned; its addresses are bound with
+the device's ONNX Runtime device type. Device out-of-memory at open_engine is a capacity failure
+(MemoryError); ONNX Runtime's CUDA out-of-memory texts during a run are classified as capacity too.
+Tests run the same device path on the CPU provider with oga.device.HostDevice
+(oga.testing.device_path, through set_cpu_device_factory).
+
 The Cython trampolines in _core.pyx call `load_decoder` (at OgaCreateModel) and the methods of
-`OnnxDecoder` / `OnnxEngineExecutor` (at engine creation and at every step).
+`OnnxDecoder` / `OnnxEngineExecutor` (at engine creation, at every step, and `close` at engine
+close).
 """
 import ctypes
 import dataclasses
@@ -43,6 +62,8 @@ import weakref
 from dataclasses import dataclass
 
 import numpy as np
+
+from .device import ALIGNMENT
 
 # OgaExtExecutionStatus
 STATUS_OK = 0
@@ -61,7 +82,11 @@ _ORT_TYPES = {
 _CACHE_TYPES = ("tensor(float)", "tensor(float16)")
 # Fragments of ONNX Runtime's allocation failures: the step is rolled back and the engine stays
 # healthy (ExecutionCapacityExceeded); every other failure is fatal.
-_OUT_OF_MEMORY_MARKERS = ("bad_alloc", "failed to allocate memory", "out of memory", "cudaerrormemoryallocation")
+# "out of memory" covers the CUDA provider's "CUDA failure 2: out of memory", "failed to allocate
+# memory" its BFC arena's "Failed to allocate memory for requested buffer of size N"; cuBLAS and
+# cuDNN report their own workspace failures.
+_OUT_OF_MEMORY_MARKERS = ("bad_alloc", "failed to allocate memory", "out of memory", "cudaerrormemoryallocation",
+                          "cuda_error_out_of_memory", "cublas_status_alloc_failed", "cudnn_status_alloc_failed")
 
 
 class ModelLoadError(RuntimeError):
@@ -116,6 +141,45 @@ def _provider_list(session_options_config):
     return providers, options
 
 
+def _truthy(value):
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def _asks_for_cuda_graph(session_config):
+    """Whether model.decoder.session_options.provider_options has a cuda entry with enable_cuda_graph on."""
+    for entry in session_config.get("provider_options", []) or []:
+        for name, values in entry.items():
+            if name.lower() in ("cuda", "cudaexecutionprovider") and _truthy((values or {}).get("enable_cuda_graph")):
+                return True
+    return False
+
+
+# Test-only: a device factory for decoders whose session runs on the CPU provider, so the device
+# path runs on CPU (oga.testing.device_path installs oga.device.HostDevice). None in production.
+_cpu_device_factory = None
+
+
+def set_cpu_device_factory(factory):
+    """Test-only. Decoders loaded from now on whose session runs on the CPU provider take the device
+    path on `factory()` (an oga.device interface object with ort_device_type "cpu"); None restores
+    the host path. Returns the previous factory. A decoder keeps its device for its lifetime."""
+    global _cpu_device_factory
+    previous, _cpu_device_factory = _cpu_device_factory, factory
+    return previous
+
+
+def _open_cuda_device(path, device_id):
+    """oga.device.CudaDevice(device_id), or a ModelLoadError that says why it cannot be opened."""
+    try:
+        from . import device as device_module
+
+        return device_module.CudaDevice(device_id)
+    except Exception as error:
+        raise ModelLoadError(
+            f"{path}: the session would run on CUDAExecutionProvider (device {device_id}), but oga cannot open that "
+            f"CUDA device for its caches and inputs: {type(error).__name__}: {error}") from error
+
+
 def cuda_unavailable_reason(ort):
     """Why ONNX Runtime cannot run a session on CUDA here, or "" when it may."""
     if "CUDAExecutionProvider" not in ort.get_available_providers():
@@ -160,6 +224,17 @@ class OnnxDecoder:
         cuda_reason = cuda_unavailable_reason(ort) if wants_cuda else ""
         chosen = [(p, o) for p, o in zip(providers, provider_options)
                   if p in available and not (p == "CUDAExecutionProvider" and cuda_reason)]
+        # The device path: where the caches, the staged inputs and the logits live (see the module
+        # docstring). None = the host path.
+        self.device = None
+        if chosen and chosen[0][0] == "CUDAExecutionProvider":
+            cuda_options = chosen[0][1]
+            self.device = _open_cuda_device(self.path, int(cuda_options.get("device_id", 0)))
+            # ONNX Runtime's kernels and the executor's staging copies on one stream: an upload is
+            # ordered before the run that reads it, with no synchronization in between.
+            cuda_options["user_compute_stream"] = str(int(self.device.stream))
+            if "enable_cuda_graph" in cuda_options:
+                cuda_options["enable_cuda_graph"] = "1" if _truthy(cuda_options["enable_cuda_graph"]) else "0"
         try:
             self.session = ort.InferenceSession(
                 self.path, options, providers=[p for p, _ in chosen], provider_options=[o for _, o in chosen])
@@ -175,15 +250,28 @@ class OnnxDecoder:
 
             warnings.warn(f"{self.path}: genai_config.json asks for CUDA; running on CPU because {cuda_reason}.",
                           RuntimeWarning, stacklevel=2)
-        if self.providers and self.providers[0] == "CUDAExecutionProvider":
-            # Not yet: this executor binds its caches and packed inputs in host memory.
-            raise ModelLoadError(
-                f"{self.path}: the session runs on CUDAExecutionProvider, but oga's ONNX Runtime executor does not "
-                "support CUDA yet (its KV caches and inputs live in host memory). Remove the cuda entry of "
-                "model.decoder.session_options.provider_options to run the model on CPU.")
+        if self.device is not None and (not self.providers or self.providers[0] != "CUDAExecutionProvider"):
+            # ONNX Runtime could not register the CUDA provider after all (it then falls back to the
+            # CPU provider with a warning of its own): host memory, then.
+            self.device = None
+        if self.device is None and _cpu_device_factory is not None:
+            self.device = _cpu_device_factory()  # test-only (oga.testing.device_path)
+        # Capability OgaExtModelExecutor.cuda_graph: the config's cuda provider options ask for
+        # enable_cuda_graph and the device path runs (it keeps every graph input at a fixed address).
+        # On the CPU test path the cuda entry is read although ONNX Runtime dropped it, so the graph
+        # ids travel all the way to the run options; the CPU provider ignores gpu_graph_id.
+        self.cuda_graph = self.device is not None and _asks_for_cuda_graph(session_config)
         self.inputs = {i.name: i for i in self.session.get_inputs()}
         self.outputs = {o.name: o for o in self.session.get_outputs()}
         self._validate()
+        if self.static and self.device is not None:
+            if self.device.ort_device_type != "cpu":
+                raise ModelLoadError(
+                    f"{self.path}: this is a static-batching decoder (contiguous caches, no "
+                    "engine.dynamic_batching), and oga runs those on the CPU provider only; the session runs on "
+                    "CUDAExecutionProvider. Remove the cuda entry of model.decoder.session_options.provider_options.")
+            self.device = None  # the CPU test path covers paged decoders only
+            self.cuda_graph = False
 
     # -- validation -----------------------------------------------------------------------------
     def _fail(self, tensor, expected, actual):
@@ -450,14 +538,21 @@ class OnnxDecoder:
     def open_engine(self, geometry):
         if self.static:
             return StaticOnnxEngineExecutor(self, geometry)
+        if self.device is not None:
+            return DeviceOnnxEngineExecutor(self, geometry)
         return OnnxEngineExecutor(self, geometry)
 
 
 class OnnxEngineExecutor:
-    """Per-engine state: caches, the IOBinding and the logits buffer, all allocated once."""
+    """Per-engine state: caches, the IOBinding and the logits buffer, all allocated once. The host
+    path: caches and logits in host memory, the engine's packed buffers bound where they are."""
 
     # Every open executor, for tests and diagnostics (the engine owns them; this does not).
     live = weakref.WeakSet()
+    # ONNX Runtime's (device type, device id) of the memory bound to the session.
+    ort_device = ("cpu", 0)
+    # OgaExtStepOutputs.logits_on_device: the host path's logits are host memory.
+    logits_on_device = 0
 
     def __init__(self, decoder, geometry):
         n = decoder.names
@@ -477,37 +572,58 @@ class OnnxEngineExecutor:
         # since the previous step is not rebound.
         self._bound = {}
         self.vocab = n["vocab_size"]
+        self.names = n
         # the decoder's FixedStateTensor list (empty without fixed state); execute binds them
         self.fixed_states = decoder.fixed_states
         # whether execute also binds each fixed tensor's per-token capture (draft verification)
         self.fixed_state_capture = decoder.fixed_state_capture
+        # Wall time inside session.run, so benchmarks can separate engine overhead from the model.
+        self.session_run_ns = 0
         shape = (geometry["num_blocks"],) + tuple(decoder.cache_geometry)
         ring_shape = (geometry.get("window_blocks", 0),) + tuple(decoder.cache_geometry)
         self.caches = []
-        # {(layer id, "key" | "value"): cache}: every paged layer's cache (the same arrays as
-        # self.caches); a sliding-window ring layer's holds window_blocks blocks
+        # {(layer id, "key" | "value"): cache}: every paged layer's cache (the same objects as
+        # self.caches: arrays here, device addresses on the device path); a sliding-window ring
+        # layer's holds window_blocks blocks
         self.layer_caches = {}
         for layer, past_k, past_v, present_k, present_v in zip(
                 n["paged_layer_ids"], n["past_key_names"], n["past_value_names"], n["present_key_names"],
                 n["present_value_names"]):
             ring = layer in decoder.ring_layers
             for kind, past, present in (("key", past_k, present_k), ("value", past_v, present_v)):
-                cache = np.zeros(ring_shape if ring else shape, dtype=decoder.cache_dtype)
+                cache_shape = ring_shape if ring else shape
+                cache, address = self._new_cache(cache_shape, decoder.cache_dtype)
                 self.layer_caches[(layer, kind)] = cache
                 self.caches.append(cache)
-                self._bind_input(past, cache.dtype, cache.shape, cache.ctypes.data)
-                self.binding.bind_output(present, "cpu", 0, cache.dtype, cache.shape, cache.ctypes.data)
+                self._bind_input(past, decoder.cache_dtype, cache_shape, address)
+                self._bind_output(present, decoder.cache_dtype, cache_shape, address)
         rows = geometry["max_scheduled_tokens"] if decoder.per_token_logits else geometry["max_batch_size"]
-        self.logits = np.zeros((rows, self.vocab), dtype=decoder.logits_dtype)
+        self._new_logits(rows, decoder.logits_dtype)
         self.logits_type = LOGITS_FLOAT16 if decoder.logits_dtype == np.float16 else LOGITS_FLOAT32
-        self.names = n
-        # Wall time inside session.run, so benchmarks can separate engine overhead from the model.
-        self.session_run_ns = 0
 
-    def _bind_input(self, name, dtype, shape, address):
+    def _new_cache(self, shape, dtype):
+        """A zeroed cache: (the object kept in self.caches, its address)."""
+        cache = np.zeros(shape, dtype=dtype)
+        return cache, cache.ctypes.data
+
+    def _new_logits(self, rows, dtype):
+        self.logits = np.zeros((rows, self.vocab), dtype=dtype)
+
+    def close(self):
+        """Called when the engine closes (close_engine): host memory goes with this object."""
+
+    def _bind_input(self, name, dtype, shape, address, device=None):
         key = (address, shape)
         if self._bound.get(name) != key:
-            self.binding.bind_input(name, "cpu", 0, dtype, shape, address)
+            device_type, device_id = device or self.ort_device
+            self.binding.bind_input(name, device_type, device_id, dtype, shape, address)
+            self._bound[name] = key
+
+    def _bind_output(self, name, dtype, shape, address):
+        key = ("output", address, shape)
+        if self._bound.get(name) != key:
+            device_type, device_id = self.ort_device
+            self.binding.bind_output(name, device_type, device_id, dtype, shape, address)
             self._bound[name] = key
 
     def _bind_fixed_state(self, num_rows, num_tokens, fixed_state):
@@ -554,23 +670,18 @@ class OnnxEngineExecutor:
                     if snapshot < address + size and address < snapshot + captured:
                         return (f"fixed state '{tensor.input_name}': the capture '{tensor.capture_name}' overlaps "
                                 f"'{name}'")
+            # The engine owns this memory (on the executor's device through OgaExtDeviceOps when
+            # the session runs on one): bound where it is, with the device's ONNX Runtime type.
             shape = (num_rows,) + tensor.row_shape
             self._bind_input(tensor.input_name, tensor.dtype, shape, source)
-            key = ("fixed", target, shape)
-            if self._bound.get(tensor.output_name) != key:
-                self.binding.bind_output(tensor.output_name, "cpu", 0, tensor.dtype, shape, target)
-                self._bound[tensor.output_name] = key
+            self._bind_output(tensor.output_name, tensor.dtype, shape, target)
             if capture:
                 # one row per packed token: rebound whenever the address or the token count changes
-                shape = (num_tokens,) + tensor.row_shape
-                key = ("capture", snapshot, shape)
-                if self._bound.get(tensor.capture_name) != key:
-                    self.binding.bind_output(tensor.capture_name, "cpu", 0, tensor.dtype, shape, snapshot)
-                    self._bound[tensor.capture_name] = key
+                self._bind_output(tensor.capture_name, tensor.dtype, (num_tokens,) + tensor.row_shape, snapshot)
         return ""
 
     def execute(self, num_rows, num_tokens, input_ids, position_ids, cumulative, past, block_table, columns,
-                attention_metadata, logits_indices, block_table_windowed=0, fixed_state=None):
+                attention_metadata, logits_indices, block_table_windowed=0, fixed_state=None, graph_id=-1):
         """Binds this step's packed buffers (addresses owned by the engine) and runs the session.
         `fixed_state`: for a decoder with fixed state tensors, one (input address, output address)
         pair per entry of decoder.fixed_states, in that order, each [num_rows, *row_shape]
@@ -578,7 +689,8 @@ class OnnxEngineExecutor:
         must not overlap. When decoder.fixed_state_capture, each entry is an (input, output,
         capture) triple instead, the capture [num_tokens, *row_shape] memory (row t = the state
         after packed token t) overlapping neither; otherwise a third address, if given, must be 0.
-        Returns (status, message, logits address, rows)."""
+        `graph_id` (OgaExtStepInputs.graph_id) is always -1 here: the host path does not declare
+        cuda_graph. Returns (status, message, logits address, rows)."""
         n = self.names
         bind = self._bind_input
         error = self._bind_fixed_state(num_rows, num_tokens, fixed_state)
@@ -600,11 +712,7 @@ class OnnxEngineExecutor:
         if self.decoder.has_logits_indices:
             bind(n["logits_indices"], np.int32, (num_rows,), logits_indices)
         rows = num_tokens if self.decoder.per_token_logits else num_rows
-        out_key = ("logits", rows)
-        if self._bound.get(n["logits"]) != out_key:
-            self.binding.bind_output(n["logits"], "cpu", 0, self.logits.dtype, (rows, self.vocab),
-                                     self.logits.ctypes.data)
-            self._bound[n["logits"]] = out_key
+        self._bind_output(n["logits"], self.logits.dtype, (rows, self.vocab), self.logits.ctypes.data)
         start = time.perf_counter_ns()
         try:
             self.session.run_with_iobinding(self.binding)
@@ -612,6 +720,210 @@ class OnnxEngineExecutor:
             return classify_failure(error), f"{type(error).__name__}: {error}", 0, 0
         finally:
             self.session_run_ns += time.perf_counter_ns() - start
+        return STATUS_OK, "", self.logits.ctypes.data, rows
+
+
+# Bytes of unused capacity between two staged inputs that one upload may carry along instead of
+# starting a second copy: a copy call costs roughly what moving 64 KiB over PCIe does.
+UPLOAD_MERGE_GAP = 64 * 1024
+
+
+def _aligned(size):
+    return (size + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+class DeviceOnnxEngineExecutor(OnnxEngineExecutor):
+    """The device path (a session on CUDAExecutionProvider, or the CPU test path with HostDevice):
+    caches, packed inputs and logits in memory of `decoder.device`, allocated once here and never
+    moved, so a captured CUDA graph can replay over them.
+
+    Every step packs the engine's host arrays into one host staging buffer (pinned on CUDA) laid out
+    like the device input buffer, each input at a fixed offset sized for its configured limit, and
+    uploads the used part with at most one copy per input (neighbours merged into one copy when the
+    capacity between them is small). Inputs are bound as views of the device buffer, rebound only
+    when a shape changes. attention_metadata stays in the staging buffer and is bound as CPU memory:
+    PagedAttention's CUDA kernel declares it a CPU input (seed: "a CPU int32[3] attention metadata
+    input"), and a graph reads it only while it is captured. The logits land in a device buffer at
+    the row limit; see `logits_on_device` for how they reach the engine."""
+
+    # OgaExtStepOutputs.logits_on_device. 0: each step's logits rows are copied back into a pinned
+    # host buffer with one device-to-host copy, and the engine reads host memory. 1: execute returns
+    # the device address and copies nothing; only for an engine whose device sampling
+    # (OgaExtDeviceOps read / sample) is wired for this device.
+    logits_on_device = 0
+
+    def __init__(self, decoder, geometry):
+        self.device = decoder.device
+        self.ort_device = (self.device.ort_device_type, int(self.device.device_id))
+        self._allocations = []  # device addresses this executor owns, released by close()
+        self.cuda_graph = decoder.cuda_graph
+        self._run_options = {}  # graph id -> RunOptions carrying gpu_graph_id
+        try:
+            super().__init__(decoder, geometry)
+            self._allocate_inputs(decoder, geometry)
+            self.device.synchronize()  # the caches' zero fill is complete before the first run
+        except BaseException:
+            self.close()
+            raise
+
+    def _allocate(self, nbytes):
+        address = self.device.allocate(nbytes)
+        self._allocations.append(address)
+        return address
+
+    def _new_cache(self, shape, dtype):
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        address = self._allocate(nbytes)
+        self.device.fill_zero(address, nbytes)
+        return address, address
+
+    def _new_logits(self, rows, dtype):
+        nbytes = rows * self.vocab * np.dtype(dtype).itemsize
+        self.device_logits = self._allocate(nbytes)
+        # where a step's logits rows are copied back to (pinned on CUDA)
+        self.logits = self.device.host_buffer(nbytes).view(dtype).reshape(rows, self.vocab)
+
+    def _allocate_inputs(self, decoder, geometry):
+        """The device input buffer and the staging buffer: every packed input at its limit."""
+        n = self.names
+        rows, tokens = geometry["max_batch_size"], geometry["max_scheduled_tokens"]
+        table = rows * geometry["max_block_table_columns"]
+        # (graph input name, dtype, elements at the limit); the fixed-size row arrays first, the
+        # block tables last, so a step's used bytes sit mostly at the front of the buffer.
+        inputs = [(n["cumulative_sequence_lengths"], np.int32, rows + 1), (n["past_sequence_lengths"], np.int32, rows)]
+        if decoder.has_logits_indices:
+            inputs.append((n["logits_indices"], np.int32, rows))
+        inputs.append((n["input_ids"], np.int64, tokens))
+        if decoder.has_position_ids:
+            inputs.append((n["position_ids"], np.int64, tokens))
+        inputs.append((n["block_table"], np.int32, table))
+        if self.windowed:
+            inputs.append((n["block_table_windowed"], np.int32, table))
+        # name -> (offset, dtype, limit) in both buffers
+        self.input_slots = {}
+        offset = 0
+        for name, dtype, limit in inputs:
+            self.input_slots[name] = (offset, dtype, limit)
+            offset = _aligned(offset + limit * np.dtype(dtype).itemsize)
+        self.device_inputs = self._allocate(offset)
+        self.device_inputs_bytes = offset
+        self._metadata_offset = offset  # host only, past the uploaded region
+        self.staging = self.device.host_buffer(offset + _aligned(3 * 4))
+        self._staging_address = self.staging.ctypes.data
+
+    def close(self):
+        """Releases the device memory (at engine close, or when open_engine fails); idempotent."""
+        allocations, self._allocations = self._allocations, []
+        for address in allocations:
+            self.device.release(address)
+        self.caches = []
+        self.layer_caches = {}
+
+    def _stage(self, name, source, count):
+        """Copies `count` elements of the engine's array at `source` into the input's staging slot;
+        returns the slot's used byte range (the same offsets in the device buffer)."""
+        offset, dtype, limit = self.input_slots[name]
+        if count > limit:
+            raise ValueError(f"the step has {count} elements of '{name}', above the {limit} the executor "
+                             "allocated at open_engine")
+        nbytes = count * np.dtype(dtype).itemsize
+        ctypes.memmove(self._staging_address + offset, source, nbytes)
+        return offset, offset + nbytes
+
+    def _upload(self, ranges):
+        """One host-to-device copy per used range, neighbours closer than UPLOAD_MERGE_GAP merged."""
+        merged = []
+        for start, end in sorted(r for r in ranges if r[1] > r[0]):
+            if merged and start - merged[-1][1] <= UPLOAD_MERGE_GAP:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        for start, end in merged:
+            self.device.upload(self.device_inputs + start, self._staging_address + start, end - start)
+
+    def _run_options_for(self, graph_id):
+        """RunOptions with gpu_graph_id (-1: eager) when the executor declares cuda_graph, else None."""
+        if not self.cuda_graph:
+            return None
+        options = self._run_options.get(graph_id)
+        if options is None:
+            import onnxruntime as ort
+
+            options = ort.RunOptions()
+            options.add_run_config_entry("gpu_graph_id", str(int(graph_id)))
+            self._run_options[graph_id] = options
+        return options
+
+    def execute(self, num_rows, num_tokens, input_ids, position_ids, cumulative, past, block_table, columns,
+                attention_metadata, logits_indices, block_table_windowed=0, fixed_state=None, graph_id=-1):
+        """As OnnxEngineExecutor.execute; `graph_id` (OgaExtStepInputs.graph_id) becomes the run
+        option gpu_graph_id when the executor declares cuda_graph. The returned logits address is
+        host memory unless `logits_on_device`."""
+        n = self.names
+        error = self._bind_fixed_state(num_rows, num_tokens, fixed_state)
+        if error:
+            return STATUS_FATAL, error, 0, 0
+        if self.windowed and not block_table_windowed:
+            return STATUS_FATAL, (f"the decoder keeps sliding-window layers in a ring, but the step has no "
+                                  f"'{n['block_table_windowed']}'"), 0, 0
+        if graph_id >= 0 and not self.cuda_graph:
+            return STATUS_FATAL, (f"the step asks for CUDA graph {graph_id}, but the executor declares no "
+                                  "cuda_graph"), 0, 0
+        try:
+            step = [(n["input_ids"], input_ids, num_tokens, (num_tokens,)),
+                    (n["cumulative_sequence_lengths"], cumulative, num_rows + 1, (num_rows + 1,)),
+                    (n["past_sequence_lengths"], past, num_rows, (num_rows,)),
+                    (n["block_table"], block_table, num_rows * columns, (num_rows, columns))]
+            if self.windowed:
+                step.append((n["block_table_windowed"], block_table_windowed, num_rows * columns, (num_rows, columns)))
+            if self.decoder.has_position_ids:
+                step.append((n["position_ids"], position_ids, num_tokens, (num_tokens,)))
+            if self.decoder.has_logits_indices:
+                step.append((n["logits_indices"], logits_indices, num_rows, (num_rows,)))
+            ranges = []
+            for name, source, count, shape in step:
+                ranges.append(self._stage(name, source, count))
+                offset, dtype, _ = self.input_slots[name]
+                self._bind_input(name, dtype, shape, self.device_inputs + offset)
+            self._upload(ranges)
+            if self.decoder.has_attention_metadata:
+                metadata = self._staging_address + self._metadata_offset
+                ctypes.memmove(metadata, attention_metadata, 3 * 4)
+                self._bind_input(n["attention_metadata"], np.int32, (3,), metadata, device=("cpu", 0))
+            rows = num_tokens if self.decoder.per_token_logits else num_rows
+            if rows > self.logits.shape[0]:
+                raise ValueError(f"the step needs {rows} logits rows, above the {self.logits.shape[0]} allocated")
+            self._bind_output(n["logits"], self.logits.dtype, (rows, self.vocab), self.device_logits)
+            run_options = self._run_options_for(graph_id)
+        except Exception as error:
+            return classify_failure(error), f"{type(error).__name__}: {error}", 0, 0
+        # The uploads run on the session's stream, so they are ordered before the run's kernels. The
+        # next step refills the staging buffer only after this step's stream work is complete: the
+        # synchronize after the logits copy below (with logits on the device, the engine's read /
+        # sample, complete on return, on the same stream; after a failed run, the synchronize there).
+        start = time.perf_counter_ns()
+        try:
+            if run_options is None:
+                self.session.run_with_iobinding(self.binding)
+            else:
+                self.session.run_with_iobinding(self.binding, run_options)
+        except Exception as error:  # ONNX Runtime raises its own exception types
+            status, text = classify_failure(error), f"{type(error).__name__}: {error}"
+            try:
+                self.device.synchronize()
+            except Exception as sync_error:
+                text += f" (then synchronizing the device failed: {type(sync_error).__name__}: {sync_error})"
+                status = STATUS_FATAL
+            return status, text, 0, 0
+        finally:
+            self.session_run_ns += time.perf_counter_ns() - start
+        if self.logits_on_device:
+            return STATUS_OK, "", self.device_logits, rows
+        try:
+            self.device.download(self.logits.ctypes.data, self.device_logits, rows * self.vocab * self.logits.itemsize)
+            self.device.synchronize()
+        except Exception as error:
+            return classify_failure(error), f"{type(error).__name__}: {error}", 0, 0
         return STATUS_OK, "", self.logits.ctypes.data, rows
 
 
@@ -647,6 +959,9 @@ class StaticOnnxEngineExecutor:
         self.logits_type = LOGITS_FLOAT16 if decoder.logits_dtype == np.float16 else LOGITS_FLOAT32
         self.session_run_ns = 0
         self._bound_rows = None
+
+    def close(self):
+        """Called when the engine closes (close_engine): host memory goes with this object."""
 
     def execute_static(self, batch_size, sequence_length, total_length, input_ids, attention_mask, positions):
         n = self.names

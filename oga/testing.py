@@ -1,5 +1,7 @@
 """Test helpers over oga's OgaExt C functions: the built-in deterministic test model, fault
-injection and engine introspection. Pure Python; each helper is one call into oga._core."""
+injection and engine introspection. Pure Python; each helper is one call into oga._core (except
+device_path, which switches the ONNX Runtime executor's device path onto the CPU)."""
+import contextlib
 import json
 
 from . import _core
@@ -7,6 +9,7 @@ from . import _core
 __all__ = [
     "check_invariants",
     "create_test_model",
+    "device_path",
     "engine_counters",
     "fixed_state_row",
     "fixed_state_slot",
@@ -197,3 +200,22 @@ def set_token_table(model, tokens, *, special=()):
     for token_id in special:
         flags[token_id] = 1
     _core._model_set_token_table(model, b"".join(pieces), offsets, flags)
+
+
+@contextlib.contextmanager
+def device_path(factory=None):
+    """Test-only: models loaded (og.Model) inside the block whose ONNX session runs on the CPU
+    provider take the ONNX Runtime executor's device path -- caches, staged inputs and logits in
+    memory of ``factory()`` (default ``oga.device.HostDevice``, ONNX Runtime device type "cpu") --
+    instead of the host path, so the CUDA path's code runs on CPU. Such a model keeps its device
+    after the block ends; engines opened on it later use it too. A cuda entry in the config's
+    provider_options with enable_cuda_graph declares CUDA graphs on this path as on CUDA (the CPU
+    provider ignores the gpu_graph_id run option). Yields nothing."""
+    from . import onnx_executor
+    from .device import HostDevice
+
+    previous = onnx_executor.set_cpu_device_factory(factory or HostDevice)
+    try:
+        yield
+    finally:
+        onnx_executor.set_cpu_device_factory(previous)

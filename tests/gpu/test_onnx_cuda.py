@@ -1,0 +1,149 @@
+"""The ONNX Runtime executor's device path on CUDA: a tiny fp16 PagedAttention decoder from oga's
+builder on CUDAExecutionProvider (device KV caches, staged inputs, CUDA graphs) through the whole
+engine, against the fp32 CPU decoder of the same weights on the host path. fp16 and fp32 may
+disagree where two logits nearly tie, so a stream may leave the CPU one only at a near-tie of the
+float64 reference; everything else must be equal. Skipped, with the reason, unless ONNX Runtime has
+CUDAExecutionProvider, oga.cuda_kernels finds a device, oga.device has CudaDevice and the `onnx`
+package (the builder) is installed; tests/gpu/device_check.sh runs this on a GPU machine."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import oga.cuda_kernels as ck
+from oga import device as devices
+from oga import onnx_executor
+
+
+def _unavailable():
+    try:
+        import onnxruntime as ort
+    except ImportError as error:
+        return f"onnxruntime cannot be imported: {error}"
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return "this onnxruntime has no CUDAExecutionProvider (onnxruntime-gpu is not installed)"
+    available, reason = ck.cuda_status()
+    if not available:
+        return reason
+    if not hasattr(devices, "CudaDevice"):
+        return "oga.device has no CudaDevice yet"
+    try:
+        import onnx  # noqa: F401  (the model builder)
+    except ImportError:
+        return "the onnx package (the model builder) is not installed"
+    return ""
+
+
+REASON = _unavailable()
+pytestmark = pytest.mark.skipif(bool(REASON), reason=f"no ONNX Runtime CUDA path here: {REASON}")
+
+PROMPTS = [list(range(3, 40)), [5, 9, 13], [7] * 20, [11, 4], list(range(60, 20, -3))]
+MAX_GEN = 12
+
+
+def _spec():
+    from oga.models.random_weights import tiny_spec
+
+    # head_dim 64: a size every PagedAttention backend takes
+    return tiny_spec(vocab_size=256, hidden_size=256, intermediate_size=512, num_heads=4, num_kv_heads=2,
+                     head_dim=64, context_length=512)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    from oga.models import build
+
+    cpu = str(tmp_path_factory.mktemp("cpu"))
+    cuda = str(tmp_path_factory.mktemp("cuda"))
+    build(None, cpu, random_spec=_spec(), block_size=16, max_batch_size=4, max_scheduled_tokens=64, seed=3)
+    # num_blocks given: automatic sizing would read the host's memory, not the device's
+    build(None, cuda, target="cuda", random_spec=_spec(), num_blocks=8, max_batch_size=4,
+          max_scheduled_tokens=64, seed=3)
+    graph = str(tmp_path_factory.mktemp("graph") / "model")
+    shutil.copytree(cuda, graph)
+    config_path = os.path.join(graph, "genai_config.json")
+    config = json.load(open(config_path))
+    config["model"]["decoder"]["session_options"]["provider_options"] = [{"cuda": {"enable_cuda_graph": "1"}}]
+    json.dump(config, open(config_path, "w"))
+    return {"cpu": cpu, "cuda": cuda, "graph": graph}
+
+
+def run(model_dir, record=None):
+    """Greedy streams of PROMPTS, submitted together (four slots, so the fifth waits for one);
+    returns (streams, executor)."""
+    import oga as og
+
+    before = set(map(id, onnx_executor.OnnxEngineExecutor.live))
+    engine = og.Engine(og.Model(model_dir))
+    [executor] = [e for e in onnx_executor.OnnxEngineExecutor.live if id(e) not in before]
+    if record is not None:
+        executor.session = record(executor.session)
+    requests = []
+    for prompt in PROMPTS:
+        request = engine.create_request()
+        options = og.TurnOptions(request)
+        options.set_max_generated_tokens(MAX_GEN)
+        request.begin_turn(np.asarray(prompt, np.int32), options)
+        requests.append(request)
+    tokens = {id(r): [] for r in requests}
+    buffer = engine.create_event_buffer(16)
+    for _ in range(1000):
+        if not engine.has_pending_requests():
+            break
+        for event in engine.run(buffer):
+            if event.request is None:
+                continue
+            assert not event.flags & og.EngineEventFlags.FAILED, event.error_code
+            if event.flags & og.EngineEventFlags.TOKEN:
+                tokens[id(event.request)].append(event.token)
+            if event.flags & og.EngineEventFlags.TURN_FINISHED:
+                event.request.close()
+    return [tokens[id(r)] for r in requests], executor
+
+
+def assert_agrees(device_streams, cpu_streams):
+    """Equal, or the first difference of a stream is a near-tie of the float64 reference."""
+    from oga.models.random_weights import random_model
+    from oga.models.reference import forward
+
+    loaded = random_model(_spec(), seed=3)
+    for prompt, got, want in zip(PROMPTS, device_streams, cpu_streams):
+        if got == want:
+            continue
+        i = next(k for k in range(min(len(got), len(want))) if got[k] != want[k])
+        logits = forward(loaded, list(prompt) + want[:i])[-1]
+        margin = abs(logits[want[i]] - logits[got[i]])
+        assert margin <= 2e-2 * max(1.0, float(np.abs(logits).max())), (prompt, i, got, want, margin)
+
+
+def test_paged_attention_decoder_on_cuda_agrees_with_the_cpu_path(models):
+    cpu, _ = run(models["cpu"])
+    got, executor = run(models["cuda"])
+    assert type(executor) is onnx_executor.DeviceOnnxEngineExecutor
+    assert executor.ort_device[0] == "cuda" and executor.decoder.providers[0] == "CUDAExecutionProvider"
+    assert not executor.cuda_graph
+    assert sum(map(len, got)) > 2 * MAX_GEN
+    assert_agrees(got, cpu)
+
+
+class RecordingSession:
+    def __init__(self, session):
+        self._session = session
+        self.graph_ids = []
+
+    def run_with_iobinding(self, binding, run_options=None):
+        self.graph_ids.append(None if run_options is None else int(run_options.get_run_config_entry("gpu_graph_id")))
+        return self._session.run_with_iobinding(binding, run_options)
+
+
+def test_cuda_graphs_capture_and_replay_decode_steps(models):
+    cpu, _ = run(models["cpu"])
+    got, executor = run(models["graph"], record=RecordingSession)
+    assert executor.cuda_graph
+    graph_ids = executor.session.graph_ids
+    assert -1 in graph_ids
+    # a graph id seen three times was run eagerly once (ONNX Runtime's warm-up), captured, replayed
+    assert any(graph_ids.count(g) >= 3 for g in set(graph_ids) if g >= 0), graph_ids
+    assert_agrees(got, cpu)
