@@ -220,6 +220,8 @@ cdef extern from "oga/oga_ext.h" nogil:
                         size_t nbytes, char* message, size_t message_capacity)
         int32_t (*sample)(void* context, const OgaExtDeviceSampling* sampling, char* message,
                           size_t message_capacity)
+        int32_t (*memory_info)(void* context, size_t* free_bytes, size_t* total_bytes, char* message,
+                               size_t message_capacity)
 
     ctypedef struct OgaExtModelExecutor:
         int32_t per_token_logits

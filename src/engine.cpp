@@ -77,10 +77,25 @@ uint64_t AvailableHostBytes() {
 // requests of context_length tokens could occupy at once; `reserved_bytes` (a sliding-window ring
 // pool) comes off the budget first. The KV cache lives in host memory here (the executor allocates
 // it); there is no device budget to consult yet.
-uint64_t AutoSizedBlockCount(const ModelConfig& config, size_t bytes_per_block, double reserved_bytes) {
+// Free bytes of the memory the paged KV cache will live in: the executor's device when its
+// OgaExtDeviceOps can tell, else host memory.
+uint64_t AvailableCacheBytes(const OgaExtDeviceOps* device_ops) {
+  if (device_ops == nullptr || device_ops->memory_info == nullptr) return AvailableHostBytes();
+  size_t free_bytes = 0, total_bytes = 0;
+  char message[512] = {};
+  if (device_ops->memory_info(device_ops->context, &free_bytes, &total_bytes, message, sizeof(message)) != 0) {
+    message[sizeof(message) - 1] = '\0';
+    throw ApiError(std::string("Cannot size the KV cache from engine.dynamic_batching.gpu_utilization_factor: the "
+                               "device's free memory is unknown (") + message + "). Set engine.dynamic_batching.num_blocks.");
+  }
+  return free_bytes;
+}
+
+uint64_t AutoSizedBlockCount(const ModelConfig& config, size_t bytes_per_block, double reserved_bytes,
+                             const OgaExtDeviceOps* device_ops) {
   const DynamicBatchingConfig& batching = *config.dynamic_batching;
   const double budget =
-      static_cast<double>(AvailableHostBytes()) * 0.9 * *batching.gpu_utilization_factor - reserved_bytes;
+      static_cast<double>(AvailableCacheBytes(device_ops)) * 0.9 * *batching.gpu_utilization_factor - reserved_bytes;
   const double fitting = std::floor(budget / static_cast<double>(bytes_per_block));
   if (!(fitting >= 1.0)) throw ApiError(kBudgetTooSmallMessage);
   const uint64_t block_size = static_cast<uint64_t>(batching.block_size);
@@ -186,7 +201,8 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
                             (fixed_pool ? static_cast<double>(fixed_pool->persistent_bytes()) : 0.0);
   const uint64_t num_blocks = batching.num_blocks
                                   ? static_cast<uint64_t>(*batching.num_blocks)
-                                  : AutoSizedBlockCount(config, model->executor().bytes_per_block, ring_bytes);
+                                  : AutoSizedBlockCount(config, model->executor().bytes_per_block, ring_bytes,
+                                                        model->executor().device_ops);
   if (num_blocks > static_cast<uint64_t>(INT32_MAX) || block_size > static_cast<uint64_t>(INT32_MAX)) {
     throw ApiError("engine.dynamic_batching.num_blocks and block_size must fit in int32.");
   }

@@ -100,12 +100,27 @@ class DecoderNames(Structure):
 LOADER = ctypes.CFUNCTYPE(c_uint32, POINTER(DecoderNames), POINTER(Executor), c_void_p, c_size_t)
 
 
+MEMORY_INFO = ctypes.CFUNCTYPE(c_int32, c_void_p, POINTER(c_size_t), POINTER(c_size_t), c_void_p, c_size_t)
+
+
+class DeviceOps(Structure):
+    """OgaExtDeviceOps; only memory_info is set here."""
+    _fields_ = [("context", c_void_p)] + [(n, c_void_p) for n in (
+        "allocate", "release", "copy", "fill_zero", "synchronize", "read", "sample")] + [("memory_info", MEMORY_INFO)]
+
+
 class FakeLoader:
     """Records the names it is handed and returns a PyExecutor (or fails with `fail`)."""
 
-    def __init__(self, bytes_per_block=0, fail=None, release_on_fail=False):
+    def __init__(self, bytes_per_block=0, fail=None, release_on_fail=False, device_memory=None):
         self.calls = []
         self.bytes_per_block = bytes_per_block
+        # (free, total) bytes or an error text: an OgaExtDeviceOps table with only memory_info
+        self.device_memory = device_memory
+        self.device_ops = None
+        if device_memory is not None:
+            self.c_memory_info = MEMORY_INFO(self._memory_info)
+            self.device_ops = DeviceOps(memory_info=self.c_memory_info)
         self.fail = fail
         self.release_on_fail = release_on_fail
         self.executor = PyExecutor()
@@ -130,6 +145,8 @@ class FakeLoader:
             table.model_data = 77
             table.open_engine, table.execute = ex.c_open, ex.c_execute
             table.close_engine, table.release_model = ex.c_close, ex.c_release
+            if self.device_ops is not None:
+                table.device_ops = ctypes.addressof(self.device_ops)
             if self.fail is not None:
                 if not self.release_on_fail:
                     table.release_model = type(ex.c_release)()  # NULL
@@ -140,6 +157,15 @@ class FakeLoader:
         except Exception as exc:  # noqa: BLE001
             self.error = exc
             return 3
+
+
+    def _memory_info(self, context, free, total, message, capacity):
+        if isinstance(self.device_memory, str):
+            data = self.device_memory.encode()[: capacity - 1] + b"\0"
+            ctypes.memmove(message, data, len(data))
+            return 1
+        free[0], total[0] = self.device_memory
+        return 0
 
 
 def restore_loader(lib):
@@ -706,6 +732,26 @@ def test_auto_sizing_follows_available_memory(lib, tmp_path, loader):
     assert 0.7 * target <= blocks <= 1.3 * target
     blocks, msg = auto_engine(lib, tmp_path, loader, per_block // 2, gpu_utilization_factor=0.25)
     assert msg is None and 0.7 * target <= blocks <= 1.3 * target
+
+
+def test_auto_sizing_follows_the_devices_free_memory(lib, tmp_path, loader):
+    """An executor whose OgaExtDeviceOps reports its memory sizes the cache from the device's free
+    bytes, not the host's."""
+    free = 10 * 2 ** 30
+    per_block = 2 ** 20
+    expected = int(free * 0.9 * 0.5 // per_block)  # 4608 fit; 8 requests x 32 blocks can use 256
+    blocks, msg = auto_engine(lib, tmp_path, lambda **kw: loader(device_memory=(free, 2 * free), **kw), per_block,
+                              max_batch_size=8)
+    assert msg is None, msg
+    assert blocks == min(expected, 8 * 32)
+    blocks, msg = auto_engine(lib, tmp_path, lambda **kw: loader(device_memory=(free, 2 * free), **kw),
+                              free // 100, max_batch_size=64)
+    assert msg is None and blocks == int(free * 0.9 * 0.5 // (free // 100))  # 45 < 64 x 32
+    blocks, msg = auto_engine(lib, tmp_path, lambda **kw: loader(device_memory="cudaMemGetInfo: no device", **kw),
+                              per_block)
+    assert blocks is None and msg == (
+        "Cannot size the KV cache from engine.dynamic_batching.gpu_utilization_factor: the device's free memory is "
+        "unknown (cudaMemGetInfo: no device). Set engine.dynamic_batching.num_blocks.")
 
 
 def test_auto_sizing_errors(lib, tmp_path, loader):

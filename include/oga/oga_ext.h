@@ -186,6 +186,12 @@ typedef struct OgaExtDeviceOps {
    * NULL: the engine then reads every row back and selects on the host. Returns 0, or nonzero with
    * a reason (a kernel launch failure: the engine becomes unhealthy with that text). */
   int32_t (*sample)(void* context, const OgaExtDeviceSampling* sampling, char* message, size_t message_capacity);
+  /* The device's free and total memory in bytes, for sizing the paged KV cache from
+   * engine.dynamic_batching.gpu_utilization_factor (budget: free bytes x 0.9 x the factor, as for host
+   * memory). May be NULL: the engine then measures available host memory. Returns 0, or nonzero
+   * with a reason (engine creation then fails with it). */
+  int32_t (*memory_info)(void* context, size_t* free_bytes, size_t* total_bytes, char* message,
+                         size_t message_capacity);
 } OgaExtDeviceOps;
 
 typedef struct OgaExtModelExecutor {
