@@ -39,12 +39,14 @@ stream; open_engine then returns a DeviceOnnxEngineExecutor: paged and ring cach
 device once and zero-filled, bound as past and present as on the host path; one device buffer
 holding every packed input at its configured limit, filled each step from one pinned staging buffer
 with at most one upload per input, and bound at addresses that never change; the logits in a device
-buffer at the row limit, copied back to a pinned host buffer with one copy per step (the switch
-`DeviceOnnxEngineExecutor.logits_on_device` hands the device address to the engine instead, for
-device sampling). When the config's cuda provider options set enable_cuda_graph, the decoder
+buffer at the row limit, handed to the engine as device logits (OgaExtStepOutputs.logits_on_device):
+the decoder's `device_ops` (oga.device_ops.DeviceOps over the same device and stream, the core's
+OgaExtDeviceOps) select tokens there with the sampling kernels and read back only the rows the
+engine selects on the host (without device ops the executor copies the rows back itself). When the config's cuda provider options set enable_cuda_graph, the decoder
 declares OgaExtModelExecutor.cuda_graph and every step runs with the run option gpu_graph_id =
-OgaExtStepInputs.graph_id (-1: eager). Fixed state stays engine-owned; its addresses are bound with
-the device's ONNX Runtime device type. Device out-of-memory at open_engine is a capacity failure
+OgaExtStepInputs.graph_id (-1: eager). Fixed state stays engine-owned, in device memory the core
+allocates and copies through those device ops; its addresses are bound with the device's ONNX
+Runtime device type. Device out-of-memory at open_engine is a capacity failure
 (MemoryError); ONNX Runtime's CUDA out-of-memory texts during a run are classified as capacity too.
 Tests run the same device path on the CPU provider with oga.device.HostDevice
 (oga.testing.device_path, through set_cpu_device_factory).
@@ -272,6 +274,14 @@ class OnnxDecoder:
                     "CUDAExecutionProvider. Remove the cuda entry of model.decoder.session_options.provider_options.")
             self.device = None  # the CPU test path covers paged decoders only
             self.cuda_graph = False
+        # OgaExtDeviceOps for the engine core (_core.pyx hands them over at load): the fixed-state
+        # pool's memory, the read-back of logits rows and batched sampling on the device's stream
+        # (the one the session runs on), and the device's free memory for sizing the KV cache.
+        self.device_ops = None
+        if self.device is not None:
+            from .device_ops import DeviceOps
+
+            self.device_ops = DeviceOps(self.device)
 
     # -- validation -----------------------------------------------------------------------------
     def _fail(self, tensor, expected, actual):
@@ -746,21 +756,25 @@ class DeviceOnnxEngineExecutor(OnnxEngineExecutor):
     input"), and a graph reads it only while it is captured. The logits land in a device buffer at
     the row limit; see `logits_on_device` for how they reach the engine."""
 
-    # OgaExtStepOutputs.logits_on_device. 0: each step's logits rows are copied back into a pinned
-    # host buffer with one device-to-host copy, and the engine reads host memory. 1: execute returns
-    # the device address and copies nothing; only for an engine whose device sampling
-    # (OgaExtDeviceOps read / sample) is wired for this device.
-    logits_on_device = 0
-
     def __init__(self, decoder, geometry):
         self.device = decoder.device
         self.ort_device = (self.device.ort_device_type, int(self.device.device_id))
         self._allocations = []  # device addresses this executor owns, released by close()
         self.cuda_graph = decoder.cuda_graph
         self._run_options = {}  # graph id -> RunOptions carrying gpu_graph_id
+        # OgaExtStepOutputs.logits_on_device. 1 (the decoder hands the core its DeviceOps): execute
+        # returns the device address and copies nothing; the engine samples on the device and reads
+        # back only the rows it selects on the host. 0: each step's logits rows are copied back into
+        # a pinned host buffer with one device-to-host copy.
+        self.logits_on_device = 1 if decoder.device_ops is not None else 0
         try:
             super().__init__(decoder, geometry)
             self._allocate_inputs(decoder, geometry)
+            if decoder.device_ops is not None:
+                # The sampler's staging and scratch at the step limits, so no step allocates.
+                rows = geometry["max_batch_size"]
+                decoder.device_ops.reserve(rows, self.vocab, row_stride=self.vocab,
+                                           logits_itemsize=self.logits.itemsize, max_copies=rows)
             self.device.synchronize()  # the caches' zero fill is complete before the first run
         except BaseException:
             self.close()

@@ -135,7 +135,63 @@ def reference_repetition_penalty(logits, rows, penalties, offsets, tokens):
     return out
 
 
+def reference_processed_row(logits, source, vocab, mask_eos, eos_ids, penalty, history):
+    """Logits row `source` as a device sampler must see it (OgaExtDeviceSampling): the EOS ids at
+    -inf when `mask_eos`, then the repetition penalty over `history`, in the logits' own type
+    (float32, or fp16 rounded back to nearest, as the kernels store it); returned as float32."""
+    block = logits[[source]].copy()
+    block = reference_mask_eos(block, [0], [0], [int(mask_eos)], eos_ids)
+    history = np.asarray(history, dtype=np.int32)
+    block = reference_repetition_penalty(block, [0], [penalty], [0, len(history)], history)
+    return block[0, :vocab].astype(np.float32)
+
+
 # Checks: `mem` uploads and downloads arrays (put, get, empty, sync), `kernels` launches.
+
+
+def check_device_ops_sample(ops, logits, vocab, logits_rows, temperatures, top_ks, top_ps, seeds, counters, mask_eos,
+                            eos_ids, penalties, histories, *, address=None):
+    """Runs oga.device_ops.DeviceOps.sample once, with the arrays its Cython trampoline passes (numpy
+    arrays of the C types), over `logits` placed in the ops' device memory (or already at device
+    `address`); checks every token against the reference (greedy rows exactly) and that the logits
+    were not written. Returns the tokens."""
+    device = ops.device
+    placed = address is None
+    if placed:
+        address = device.allocate(logits.nbytes)
+        device.upload(address, logits.ctypes.data, logits.nbytes)
+    n = len(logits_rows)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(h) for h in histories])
+    history = np.concatenate([np.asarray(h, dtype=np.int32) for h in histories] + [np.zeros(0, np.int32)])
+    tokens = np.full(n, -7, dtype=np.int32)
+    temperatures = np.asarray(temperatures, np.float32)
+    top_ks = np.asarray(top_ks, np.int32)
+    top_ps = np.asarray(top_ps, np.float32)
+    seeds = np.asarray(seeds, np.uint64)
+    counters = np.asarray(counters, np.uint64)
+    penalties = np.asarray(penalties, np.float32)
+    try:
+        ops.sample(n, address, 1 if logits.dtype == np.float16 else 0, logits.shape[1], vocab,
+                   np.asarray(logits_rows, np.int32), temperatures, top_ks, top_ps, seeds, counters,
+                   np.asarray(mask_eos, np.int32), np.asarray(eos_ids, np.int32), penalties, offsets, history, tokens)
+        after = np.empty_like(logits)
+        device.download(after.ctypes.data, address, after.nbytes)
+        device.synchronize()
+    finally:
+        if placed:
+            device.release(address)
+    assert after.tobytes() == logits.tobytes(), "the executor's logits were written"
+    for i in range(n):
+        row = reference_processed_row(logits, logits_rows[i], vocab, mask_eos[i], eos_ids, penalties[i], histories[i])
+        accepted, exact, _ = acceptable_samples(row, float(temperatures[i]), int(top_ks[i]), float(top_ps[i]),
+                                                int(seeds[i]), int(counters[i]))
+        assert int(tokens[i]) in accepted, (
+            f"row {i}: token {tokens[i]}, reference {exact} (accepted {sorted(accepted)[:8]}), T={temperatures[i]} "
+            f"top_k={top_ks[i]} top_p={top_ps[i]} mask_eos={mask_eos[i]} penalty={penalties[i]}")
+        if not temperatures[i] > 0:
+            assert int(tokens[i]) == exact, f"greedy row {i}: token {tokens[i]}, reference {exact}"
+    return tokens
 
 
 def _rows_map(mem, logits_rows):

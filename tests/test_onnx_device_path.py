@@ -452,3 +452,32 @@ def test_a_cuda_session_opens_its_device_and_shares_its_stream(graph_dir, model_
     session = executor.session = RecordingSession(executor.session)
     assert run_jobs(engine) == streams(model_dirs["plain"])
     assert any(g != "-1" for g in session.graph_ids)
+
+
+@pytest.fixture(scope="module")
+def emulated_kernels(tmp_path_factory):
+    from kernel_emulation import EmulatedKernels, build_emulated_kernels
+
+    return EmulatedKernels(build_emulated_kernels(str(tmp_path_factory.mktemp("emulated_kernels"))))
+
+
+@pytest.mark.parametrize("name", ["plain", "hybrid"])
+def test_device_sampling_and_state_copies_through_the_kernels(model_dirs, emulated_kernels, name):
+    """The whole GPU pipeline short of CUDA itself: the engine selects every row through
+    OgaExtDeviceOps.sample (oga.device_ops.DeviceOps launching the kernels of cuda/, run here by the
+    CPU emulator), the hybrid model's fixed state moves through the gather kernel, and every stream
+    (greedy and seeded sampling) equals the host path's."""
+    path = model_dirs[name]
+    host = streams(path)
+    engine, executor = open_engine(load(path, lambda: devices.HostDevice(kernels=emulated_kernels)))
+    assert executor.logits_on_device == 1
+    launches = len(emulated_kernels.launches)
+    assert run_jobs(engine) == host
+    counters = testing.engine_counters(engine)
+    # every selection: each token, plus the EOS that ended a turn early
+    assert sum(map(len, host)) <= counters["device_sampled_rows"] <= sum(map(len, host)) + len(JOBS)
+    assert counters["host_read_logits_rows"] == 0
+    names = {launch[0] for launch in emulated_kernels.launches[launches:]}
+    assert {"oga_sample_f32"} <= names
+    if name == "hybrid":
+        assert "oga_gather_rows" in names
