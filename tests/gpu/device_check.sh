@@ -4,8 +4,9 @@
 #   bash tests/gpu/device_check.sh
 #
 # Prints the device, builds oga in place from this checkout with what the machine has, runs
-# tests/gpu/test_kernels.py (every kernel against its numpy reference at full size, each way of
-# loading the kernels, timings), tests/gpu/test_onnx_cuda.py (end to end: a builder fp16
+# tests/gpu/test_kernels.py and tests/gpu/test_cuda_device.py (every kernel, CudaDevice and DeviceOps
+# against numpy references at full size, each way of loading the kernels, timings),
+# tests/gpu/test_onnx_cuda.py (end to end: a builder fp16
 # PagedAttention decoder on ONNX Runtime's CUDA execution provider through the engine, eager and
 # with CUDA graphs, against the CPU path; it needs onnxruntime-gpu, e.g. a carried wheel) and the
 # CPU kernel tests, and closes with a summary of what ran, what passed and what was NOT run. Each
@@ -130,8 +131,8 @@ if [ "$build_status" -eq 0 ]; then
   step "cuda_status" 60 "$PYTHON" -c "import oga.cuda_kernels as ck; print(*ck.cuda_status(), sep=': ')"
   status_line=$(tail -n 1 "$STEP_OUT")
 
-  step "tests/gpu/test_kernels.py" 240 env PYTHONUNBUFFERED=1 "$PYTHON" -m pytest -q -s -rs -p no:cacheprovider \
-    tests/gpu/test_kernels.py
+  step "tests/gpu/test_kernels.py, tests/gpu/test_cuda_device.py" 240 env PYTHONUNBUFFERED=1 "$PYTHON" -m pytest \
+    -q -s -rs -p no:cacheprovider tests/gpu/test_kernels.py tests/gpu/test_cuda_device.py
   gpu_line=$(gpu_verdict "$step_status")
 
   step "ONNX Runtime providers" 30 "$PYTHON" -c \
@@ -151,10 +152,10 @@ echo
 echo "== summary ($(($(date +%s) - start))s; log: $LOG)"
 for line in "${summary[@]}"; do echo "  $line"; done
 echo "  cuda_status: $status_line"
-echo "  tests/gpu/test_kernels.py (kernels on the device vs numpy, loading ways, timings): $gpu_line"
-echo "  tests/gpu/test_onnx_cuda.py (PagedAttention decoder on ONNX Runtime's CUDA provider, device KV"
-echo "    cache, staged inputs, CUDA graphs; vs the CPU path): $onnx_line"
+echo "  tests/gpu/test_kernels.py + test_cuda_device.py (kernels and CudaDevice / DeviceOps on the device vs"
+echo "    numpy references, loading ways, timings): $gpu_line"
+echo "  tests/gpu/test_onnx_cuda.py (PagedAttention decoder on ONNX Runtime's CUDA provider through the"
+echo "    engine: device KV cache, staged inputs, device sampling, CUDA graphs, auto-sizing, throughput;"
+echo "    vs the CPU path): $onnx_line"
 echo "  CPU kernel tests on this machine: $cpu_line"
-echo "  NOT RUN: kernels driven by the engine (device sampling / OgaExtDeviceOps are not wired into this"
-echo "           checkout's executor: logits come back to the host every step)."
 case "$gpu_line/$onnx_line" in passed*/passed*) exit 0 ;; *) exit 1 ;; esac

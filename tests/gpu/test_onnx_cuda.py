@@ -58,7 +58,7 @@ def models(tmp_path_factory):
     cpu = str(tmp_path_factory.mktemp("cpu"))
     cuda = str(tmp_path_factory.mktemp("cuda"))
     build(None, cpu, random_spec=_spec(), block_size=16, max_batch_size=4, max_scheduled_tokens=64, seed=3)
-    # num_blocks given: automatic sizing would read the host's memory, not the device's
+    # a small fixed pool (test_the_device_samples_and_sizes_the_cache covers automatic sizing)
     build(None, cuda, target="cuda", random_spec=_spec(), num_blocks=8, max_batch_size=4,
           max_scheduled_tokens=64, seed=3)
     graph = str(tmp_path_factory.mktemp("graph") / "model")
@@ -147,3 +147,57 @@ def test_cuda_graphs_capture_and_replay_decode_steps(models):
     # a graph id seen three times was run eagerly once (ONNX Runtime's warm-up), captured, replayed
     assert any(graph_ids.count(g) >= 3 for g in set(graph_ids) if g >= 0), graph_ids
     assert_agrees(got, cpu)
+
+
+def test_the_device_samples_and_sizes_the_cache(models):
+    """Device logits: every token was selected by the sampling kernels (nothing read back for these
+    greedy rows); a model without num_blocks sizes its cache from the device's free memory."""
+    import oga as og
+    from oga import testing
+
+    _, executor = run(models["cuda"])
+    assert executor.logits_on_device == 1
+    auto = str(models["cuda"]) + "_auto"
+    shutil.copytree(models["cuda"], auto)
+    config_path = os.path.join(auto, "genai_config.json")
+    config = json.load(open(config_path))
+    batching = config["engine"]["dynamic_batching"]
+    batching.pop("num_blocks", None)
+    batching["gpu_utilization_factor"] = 0.05
+    json.dump(config, open(config_path, "w"))
+    model = og.Model(auto)
+    engine = og.Engine(model)
+    free, _ = devices.CudaDevice(0, with_kernels=False).memory_info()
+    blocks = testing.engine_counters(engine)["total_blocks"]
+    print(f"\nauto-sized KV cache: {blocks} blocks with {free / 2**30:.1f} GiB free on the device")
+    assert blocks > 8
+
+
+def _throughput(model_dir, requests=32, max_gen=64):
+    import time
+
+    import oga as og
+
+    engine = og.Engine(og.Model(model_dir))
+    buffer = engine.create_event_buffer(256)
+    handles = []
+    for i in range(requests):
+        request = engine.create_request()
+        options = og.TurnOptions(request)
+        options.set_max_generated_tokens(max_gen)
+        options.set_min_generated_tokens(max_gen)
+        request.begin_turn(np.asarray([(3 + i + k) % 250 + 2 for k in range(16)], np.int32), options)
+        handles.append(request)
+    tokens = 0
+    start = time.perf_counter()
+    while engine.has_pending_requests():
+        tokens += sum(1 for e in engine.run(buffer) if e.flags & og.EngineEventFlags.TOKEN)
+    return tokens / (time.perf_counter() - start)
+
+
+def test_report_throughput(models):
+    """Prints generated tokens per second, 32 requests of 64 tokens (a figure, not a target)."""
+    figures = {name: _throughput(models[name]) for name in ("cpu", "cuda", "graph")}
+    print("\nthroughput, tiny decoder, 32 requests x 64 tokens: " +
+          ", ".join(f"{name} {value:.0f} tokens/s" for name, value in figures.items()))
+    assert all(value > 0 for value in figures.values())
