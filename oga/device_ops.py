@@ -43,33 +43,6 @@ class _Layout:
         return host[offset : offset + dtype.itemsize * count].view(dtype)
 
 
-class _Staging:
-    """A pinned host buffer and the device buffer it is uploaded into, of one size, grown
-    geometrically and never shrunk."""
-
-    def __init__(self, device):
-        self.device = device
-        self.host = None
-        self.address = 0
-        self.capacity = 0
-
-    def ensure(self, nbytes):
-        if nbytes <= self.capacity:
-            return
-        capacity = max(int(nbytes), 2 * self.capacity, 256)
-        host = self.device.host_buffer(capacity)
-        address = self.device.allocate(capacity)
-        self.release()
-        self.host, self.address, self.capacity = host, address, capacity
-
-    def release(self):
-        if self.address:
-            # Work still queued may read the old buffers.
-            self.device.synchronize()
-            self.device.release(self.address)
-        self.host, self.address, self.capacity = None, 0, 0
-
-
 class _DeviceBuffer:
     """Device memory grown geometrically and never shrunk."""
 
@@ -81,16 +54,34 @@ class _DeviceBuffer:
     def ensure(self, nbytes):
         if nbytes <= self.capacity:
             return
-        capacity = max(int(nbytes), 2 * self.capacity, 256)
+        self._replace(max(int(nbytes), 2 * self.capacity, 256))
+
+    def _replace(self, capacity):
         address = self.device.allocate(capacity)
         self.release()
         self.address, self.capacity = address, capacity
 
     def release(self):
         if self.address:
+            # Work still queued may read the old buffer.
             self.device.synchronize()
             self.device.release(self.address)
         self.address, self.capacity = 0, 0
+
+
+class _Staging(_DeviceBuffer):
+    """A pinned host buffer and the device buffer it is uploaded into, of one size."""
+
+    host = None
+
+    def _replace(self, capacity):
+        host = self.device.host_buffer(capacity)
+        super()._replace(capacity)
+        self.host = host
+
+    def release(self):
+        super().release()
+        self.host = None
 
 
 def _copy_layout(count):

@@ -425,3 +425,20 @@ def chi_square_ok(counts, probabilities, draws):
     # Wilson-Hilferty: chi2/dof approximately normal.
     z = ((statistic / dof) ** (1 / 3) - (1 - 2 / (9 * dof))) / math.sqrt(2 / (9 * dof))
     return z < 3.72
+
+
+def device_array(device, array):
+    """`array` copied into a fresh allocation of an oga.device device; returns its address."""
+    array = np.ascontiguousarray(array)
+    address = device.allocate(array.nbytes)
+    device.upload(address, array.ctypes.data, array.nbytes)
+    device.synchronize()
+    return address
+
+
+def device_read(device, address, shape, dtype):
+    """`shape` elements of `dtype` at device `address`, copied to the host."""
+    out = np.empty(shape, dtype=dtype)
+    device.download(out.ctypes.data, address, out.nbytes)
+    device.synchronize()
+    return out

@@ -46,21 +46,6 @@ class CountingHostDevice(HostDevice):
         return super().host_buffer(nbytes)
 
 
-def device_array(device, array):
-    """`array` copied into a fresh allocation of `device`; returns its address."""
-    array = np.ascontiguousarray(array)
-    address = device.allocate(array.nbytes)
-    device.upload(address, array.ctypes.data, array.nbytes)
-    return address
-
-
-def device_read(device, address, shape, dtype):
-    out = np.empty(shape, dtype=dtype)
-    device.download(out.ctypes.data, address, out.nbytes)
-    device.synchronize()
-    return out
-
-
 # Importing, and CUDA where there is none
 
 
@@ -99,7 +84,7 @@ def test_allocate_copy_fill_read(kernels, with_kernels):
     ops = DeviceOps(device, **SMALL_BLOCKS)
     rng = np.random.default_rng(1)
     rows = [rng.integers(0, 256, size=40, dtype=np.uint8) for _ in range(5)]
-    sources = [device_array(device, row) for row in rows]
+    sources = [ref.device_array(device, row) for row in rows]
     destinations = [ops.allocate(40) for _ in rows]
     assert all(d != 0 and d % 64 == 0 for d in destinations)
     launches = len(kernels.launches)
@@ -252,7 +237,7 @@ def test_staging_grows_geometrically_and_steady_steps_allocate_nothing(kernels):
 
     def setup():
         device = CountingHostDevice(kernels)
-        return device, DeviceOps(device, **SMALL_BLOCKS), device_array(device, logits)
+        return device, DeviceOps(device, **SMALL_BLOCKS), ref.device_array(device, logits)
 
     def step(n, history=2):
         # Every row masked and penalized: the scratch is used by every step.

@@ -37,21 +37,6 @@ def ops(device):
     operations.close()
 
 
-def put(device, array):
-    array = np.ascontiguousarray(array)
-    address = device.allocate(array.nbytes)
-    device.upload(address, array.ctypes.data, array.nbytes)
-    device.synchronize()
-    return address
-
-
-def get(device, address, shape, dtype):
-    out = np.empty(shape, dtype=dtype)
-    device.download(out.ctypes.data, address, out.nbytes)
-    device.synchronize()
-    return out
-
-
 def test_memory_round_trips(device):
     rng = np.random.default_rng(0)
     host = rng.integers(0, 256, size=4096, dtype=np.uint8)
@@ -63,7 +48,7 @@ def test_memory_round_trips(device):
     device.fill_zero(b + 100, 50)
     want = host.copy()
     want[100:150] = 0
-    np.testing.assert_array_equal(get(device, b, 4096, np.uint8), want)
+    np.testing.assert_array_equal(ref.device_read(device, b, 4096, np.uint8), want)
 
     pinned = device.host_buffer(1 << 20)
     assert pinned.dtype == np.uint8 and pinned.shape == (1 << 20,)
@@ -74,7 +59,7 @@ def test_memory_round_trips(device):
     assert attributes.type == runtime.cudaMemoryType.cudaMemoryTypeHost  # page-locked, known to CUDA
     pinned[:4096] = host[::-1]
     device.upload(a, pinned.ctypes.data, 4096)
-    np.testing.assert_array_equal(get(device, a, 4096, np.uint8), host[::-1])
+    np.testing.assert_array_equal(ref.device_read(device, a, 4096, np.uint8), host[::-1])
     del pinned  # frees it (cudaFreeHost)
 
     device.release(a)
@@ -94,8 +79,8 @@ def test_errors_are_typed_and_leave_the_device_working(device, ops):
     assert ops.allocate(1 << 50) == 0
     with pytest.raises(DeviceError, match="not allocated here"):
         device.release(0x1234)
-    address = put(device, np.arange(16, dtype=np.uint8))
-    np.testing.assert_array_equal(get(device, address, 16, np.uint8), np.arange(16, dtype=np.uint8))
+    address = ref.device_array(device, np.arange(16, dtype=np.uint8))
+    np.testing.assert_array_equal(ref.device_read(device, address, 16, np.uint8), np.arange(16, dtype=np.uint8))
     device.release(address)
 
 
@@ -104,8 +89,9 @@ def test_batched_copies_one_launch_and_queued_back_to_back(device, ops):
     every copy's staged addresses must be the ones it was given."""
     rng = np.random.default_rng(3)
     rows, row_bytes = 300, 1000  # not a multiple of 16: narrower accesses
-    buffers = [put(device, rng.integers(0, 256, size=(rows, row_bytes), dtype=np.uint8)) for _ in range(3)]
-    expected = [get(device, b, (rows, row_bytes), np.uint8) for b in buffers]
+    buffers = [ref.device_array(device, rng.integers(0, 256, size=(rows, row_bytes), dtype=np.uint8))
+               for _ in range(3)]
+    expected = [ref.device_read(device, b, (rows, row_bytes), np.uint8) for b in buffers]
     for k in range(24):
         source, destination = k % 3, (k + 1) % 3
         permutation = rng.permutation(rows)
@@ -117,7 +103,7 @@ def test_batched_copies_one_launch_and_queued_back_to_back(device, ops):
         expected[destination][permutation[:count]] = expected[source][:count]
     ops.synchronize()
     for address, want in zip(buffers, expected):
-        np.testing.assert_array_equal(get(device, address, (rows, row_bytes), np.uint8), want)
+        np.testing.assert_array_equal(ref.device_read(device, address, (rows, row_bytes), np.uint8), want)
     out = np.zeros((4, row_bytes), np.uint8)
     ops.read(np.asarray([buffers[0] + i * row_bytes for i in (5, 0, 299, 5)], np.uint64),
              np.asarray([out[i].ctypes.data for i in range(4)], np.uint64), row_bytes)
@@ -176,7 +162,7 @@ def test_the_cython_table_samples_on_the_device(device, ops):
     rng = np.random.default_rng(4)
     vocab, rows = 32000, 5
     logits = rng.standard_normal((rows, vocab)).astype(np.float16)
-    address = put(device, logits)
+    address = ref.device_array(device, logits)
     arrays = dict(logits_rows=np.arange(rows, dtype=np.int32)[::-1].copy(), temperatures=np.zeros(rows, np.float32),
                   top_ks=np.zeros(rows, np.int32), top_ps=np.ones(rows, np.float32), seeds=np.zeros(rows, np.uint64),
                   counters=np.zeros(rows, np.uint64), mask_eos=np.zeros(rows, np.int32),
@@ -203,7 +189,7 @@ def test_report_timings(device, ops):
         case[8] = np.full(rows, processed)  # mask_eos
         case[10] = np.full(rows, 1.2 if processed else 1.0)  # penalties
         case[11] = [rng.integers(0, vocab, size=512) for _ in range(rows)]
-        address = put(device, logits)
+        address = ref.device_array(device, logits)
         offsets = np.zeros(rows + 1, np.int64)
         offsets[1:] = np.cumsum([len(h) for h in case[11]])
         history = np.concatenate(case[11]).astype(np.int32)
