@@ -36,7 +36,9 @@ class DeviceLogits {
   void ClearReads();
   // Marks logits row `row` (of `logits_rows` the step returned) to be read; repeated marks read once.
   void MarkRead(size_t row, size_t logits_rows);
-  size_t read_count() const { return read_sources_.size(); }
+  // The rows marked since ClearReads (what Read brings back; read_sources_ keeps an older step's size
+  // when nothing is marked).
+  size_t read_count() const { return read_rows_.size(); }
   // Reads every marked row into the mirror (one OgaExtDeviceOps.read call). Throws DeviceError, or
   // std::bad_alloc when the mirror cannot grow.
   void Read(const OgaExtStepOutputs& outputs);
