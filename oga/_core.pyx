@@ -1184,6 +1184,7 @@ cdef list _fixed_state_bindings(const OgaExtStepInputs* inputs):
 cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtModelExecutor* executor,
                                       char* message, size_t capacity) noexcept nogil:
     with gil:
+        decoder = None
         try:
             import importlib
             onnx_executor = importlib.import_module("oga.onnx_executor")
@@ -1228,13 +1229,18 @@ cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtMod
                 executor.device_ops = <const OgaExtDeviceOps*><size_t>decoder._device_ops_table.address
         except BaseException as error:
             _write_message(message, capacity, error)
+            if decoder is not None and hasattr(decoder, "close"):
+                try:
+                    decoder.close()  # its device, opened for a model that will not exist
+                except BaseException:
+                    pass
             return 3  # OgaExtExecutionStatus_Fatal
         Py_INCREF(decoder)  # owned by the model; released by _onnx_release_model
         executor.model_data = <void*>decoder
         executor.open_engine = _onnx_open_engine
         executor.execute = _onnx_execute
         executor.close_engine = _onnx_close_engine
-        executor.release_model = _onnx_release
+        executor.release_model = _onnx_release_model
         executor.execute_static = _onnx_execute_static
         return 0
 
@@ -1313,9 +1319,20 @@ cdef OgaExtExecutionStatus _onnx_execute_static(void* engine_data, const OgaExtS
         return 0
 
 
-cdef void _onnx_release(void* data) noexcept nogil:
+cdef void _onnx_release_model(void* data) noexcept nogil:
+    """release_model: the decoder frees its device (DeviceOps staging and scratch, the CUDA stream)
+    now; a CudaDevice frees nothing when it is collected."""
     with gil:
-        Py_DECREF(<object>data)
+        decoder = <object>data
+        try:
+            close = getattr(decoder, "close", None)
+            if close is not None:
+                close()
+        except BaseException as error:
+            import warnings
+            warnings.warn(f"oga: releasing the ONNX Runtime decoder's device failed: {type(error).__name__}: {error}",
+                          RuntimeWarning)
+        Py_DECREF(decoder)
 
 
 cdef void _onnx_close_engine(void* data) noexcept nogil:

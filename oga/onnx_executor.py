@@ -229,6 +229,14 @@ class OnnxDecoder:
         # The device path: where the caches, the staged inputs and the logits live (see the module
         # docstring). None = the host path.
         self.device = None
+        self.device_ops = None
+        try:
+            self._open(ort, options, session_config, chosen, wants_cuda, cuda_reason)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, ort, options, session_config, chosen, wants_cuda, cuda_reason):
         if chosen and chosen[0][0] == "CUDAExecutionProvider":
             cuda_options = chosen[0][1]
             self.device = _open_cuda_device(self.path, int(cuda_options.get("device_id", 0)))
@@ -255,7 +263,8 @@ class OnnxDecoder:
         if self.device is not None and (not self.providers or self.providers[0] != "CUDAExecutionProvider"):
             # ONNX Runtime could not register the CUDA provider after all (it then falls back to the
             # CPU provider with a warning of its own): host memory, then.
-            self.device = None
+            device, self.device = self.device, None
+            device.close()
         if self.device is None and _cpu_device_factory is not None:
             self.device = _cpu_device_factory()  # test-only (oga.testing.device_path)
         # Capability OgaExtModelExecutor.cuda_graph: the config's cuda provider options ask for
@@ -272,16 +281,32 @@ class OnnxDecoder:
                     f"{self.path}: this is a static-batching decoder (contiguous caches, no "
                     "engine.dynamic_batching), and oga runs those on the CPU provider only; the session runs on "
                     "CUDAExecutionProvider. Remove the cuda entry of model.decoder.session_options.provider_options.")
-            self.device = None  # the CPU test path covers paged decoders only
+            device, self.device = self.device, None  # the CPU test path covers paged decoders only
+            device.close()
             self.cuda_graph = False
         # OgaExtDeviceOps for the engine core (_core.pyx hands them over at load): the fixed-state
         # pool's memory, the read-back of logits rows and batched sampling on the device's stream
         # (the one the session runs on), and the device's free memory for sizing the KV cache.
-        self.device_ops = None
         if self.device is not None:
             from .device_ops import DeviceOps
 
             self.device_ops = DeviceOps(self.device)
+
+    def close(self):
+        """At model release (release_model, after every engine on the model closed) or when loading
+        fails: the device memory the DeviceOps holds (sampling staging and scratch, copy staging), then
+        the device (what is still allocated on it and its stream). A CudaDevice frees nothing when it is
+        garbage-collected, so without this every model load leaked them. Idempotent (both closes are);
+        the objects stay reachable for inspection. The session goes first: ONNX Runtime's CUDA
+        provider runs on the device's stream (user_compute_stream), which the device destroys."""
+        if self.device is not None:
+            self.session = None  # the last reference unless an executor object outlives its engine
+        try:
+            if self.device_ops is not None:
+                self.device_ops.close()
+        finally:
+            if self.device is not None:
+                self.device.close()
 
     # -- validation -----------------------------------------------------------------------------
     def _fail(self, tensor, expected, actual):

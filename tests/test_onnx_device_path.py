@@ -317,6 +317,42 @@ def test_one_upload_per_input_fixed_addresses_and_no_allocation_after_open(model
     assert sorted(device.released) == sorted(a for a, _ in device.allocated)
 
 
+class ClosingDevice(CountingDevice):
+    """CountingDevice that records close() and has a (never launched) kernel table, so the decoder's
+    DeviceOps allocates its sampling staging and scratch at open_engine."""
+
+    def __init__(self):
+        super().__init__()
+        self.kernels = object()
+        self.closes = 0
+
+    def close(self):
+        self.closes += 1
+        super().close()
+
+
+def test_model_release_frees_the_device(model_dirs):
+    """The decoder's device outlives every engine but not the model: at release_model the DeviceOps
+    staging and scratch are released and the device closed (a CudaDevice frees nothing, not even its
+    stream, when it is collected)."""
+    created = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with testing.device_path(lambda: created.append(ClosingDevice()) or created[-1]):
+            model = og.Model(model_dirs["plain"])
+    engine, executor = open_engine(model)
+    [device] = created
+    executor_allocations = len(executor.caches) + 2
+    assert len(device.allocated) > executor_allocations  # the DeviceOps' staging and scratch
+    del engine, executor
+    gc.collect()
+    assert device.closes == 0  # the model is alive: its device stays open
+    del model
+    gc.collect()
+    assert device.closes == 1
+    assert sorted(device.released) == sorted(a for a, _ in device.allocated)
+
+
 def test_cuda_graph_steps_run_with_their_graph_id(model_dirs, graph_dir):
     model = load(graph_dir, devices.HostDevice)
     engine, executor = open_engine(model)
