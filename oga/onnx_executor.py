@@ -819,8 +819,15 @@ class DeviceOnnxEngineExecutor(OnnxEngineExecutor):
     def _new_logits(self, rows, dtype):
         nbytes = rows * self.vocab * np.dtype(dtype).itemsize
         self.device_logits = self._allocate(nbytes)
-        # where a step's logits rows are copied back to (pinned on CUDA)
-        self.logits = self.device.host_buffer(nbytes).view(dtype).reshape(rows, self.vocab)
+        if self.logits_on_device:
+            # Never written: the engine reads the device logits through the DeviceOps. An untouched
+            # np.empty (no pages committed) keeps the row limit and dtype; pinned memory here would
+            # lock rows x vocab x itemsize of host memory for nothing (max_scheduled_tokens rows on a
+            # per-token-logits decoder).
+            self.logits = np.empty((rows, self.vocab), dtype=dtype)
+        else:
+            # where a step's logits rows are copied back to (pinned on CUDA)
+            self.logits = self.device.host_buffer(nbytes).view(dtype).reshape(rows, self.vocab)
 
     def _allocate_inputs(self, decoder, geometry):
         """The device input buffer and the staging buffer: every packed input at its limit."""

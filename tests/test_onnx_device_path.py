@@ -353,6 +353,29 @@ def test_model_release_frees_the_device(model_dirs):
     assert sorted(device.released) == sorted(a for a, _ in device.allocated)
 
 
+class HostBufferRecordingDevice(devices.HostDevice):
+    def __init__(self):
+        super().__init__()
+        self.host_buffers = []
+
+    def host_buffer(self, nbytes):
+        self.host_buffers.append(int(nbytes))
+        return super().host_buffer(nbytes)
+
+
+@pytest.mark.parametrize("name", ["plain", "per_token"])
+def test_device_logits_take_no_pinned_host_copy(model_dirs, name):
+    """With the DeviceOps in place the logits never come back whole, so open_engine stages only the
+    packed inputs in pinned memory, not a rows x vocab logits buffer."""
+    created = []
+    engine, executor = open_engine(load(model_dirs[name], lambda: created.append(HostBufferRecordingDevice())
+                                        or created[-1]))
+    [device] = created
+    assert executor.logits_on_device == 1
+    assert device.host_buffers == [executor.staging.nbytes]
+    assert run_jobs(engine) == streams(model_dirs[name])
+
+
 def test_cuda_graph_steps_run_with_their_graph_id(model_dirs, graph_dir):
     model = load(graph_dir, devices.HostDevice)
     engine, executor = open_engine(model)
