@@ -10,6 +10,9 @@ Steady state allocates nothing: the pinned staging every launch's arguments trav
 the device scratch the sampler processes logits rows in, grow geometrically when a larger batch
 (or history) first arrives and are reused afterwards (``reserve`` sizes them up front).
 """
+import functools
+import threading
+
 import numpy as np
 
 from oga.cuda_kernels import CudaUnavailable
@@ -119,6 +122,19 @@ def _sample_layout(num_rows, num_eos, history):
     ])
 
 
+def _serialized(method):
+    """Every engine of a model shares its DeviceOps (the staging, the scratch, the stream), each
+    engine from its own owner thread, and cuda-python releases the GIL inside its calls: one
+    operation at a time."""
+
+    @functools.wraps(method)
+    def serialized(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return serialized
+
+
 class DeviceOps:
     """The operations of OgaExtDeviceOps over `device` (oga.device.CudaDevice or HostDevice).
     `device.kernels` (a cuda_kernels.KernelLaunches that runs on the device's memory, or None)
@@ -130,6 +146,7 @@ class DeviceOps:
         self.kernels = device.kernels
         self.sample_block = sample_block
         self.penalty_block = penalty_block
+        self._lock = threading.RLock()
         self._copy_staging = _Staging(device)
         # Recorded after each upload out of the pinned copy staging: copies are asynchronous, so the
         # next copy may rewrite that staging only once the stream has read it.
@@ -142,6 +159,7 @@ class DeviceOps:
         """Whether ``sample`` can run (OgaExtDeviceOps.sample is NULL otherwise)."""
         return self.kernels is not None
 
+    @_serialized
     def reserve(self, max_rows, vocab_size, *, row_stride=None, logits_itemsize=4, max_eos=8,
                 max_history_tokens=0, max_copies=0):
         """Sizes the staging and scratch for steps of up to `max_rows` rows of `row_stride` (default
@@ -169,6 +187,7 @@ class DeviceOps:
     def release(self, address):
         self.device.release(address)
 
+    @_serialized
     def copy(self, sources, destinations, nbytes):
         """destinations[i] <- `nbytes` at sources[i] (uint64 device addresses, never overlapping),
         enqueued on the device's stream: one gather launch for several pairs when the device has
@@ -211,6 +230,7 @@ class DeviceOps:
         """(free, total) bytes of the device's memory, for sizing the paged KV cache."""
         return self.device.memory_info()
 
+    @_serialized
     def read(self, sources, destinations, nbytes):
         """HOST destinations[i] <- `nbytes` at device sources[i]; complete on return."""
         sources = np.asarray(sources, dtype=np.uint64)
@@ -224,6 +244,7 @@ class DeviceOps:
 
     # Sampling
 
+    @_serialized
     def sample(self, num_rows, logits, logits_type, row_stride, vocab_size, logits_rows, temperatures, top_ks, top_ps,
                seeds, counters, mask_eos, eos_ids, penalties, history_offsets, history_tokens, tokens_out):
         """OgaExtDeviceSampling: writes the selected token (or -1) of every row into `tokens_out`
@@ -331,6 +352,7 @@ class DeviceOps:
         device.synchronize()
         tokens_out[order] = tokens
 
+    @_serialized
     def close(self):
         """Releases the staging and scratch (not the memory handed out by ``allocate``)."""
         self._copy_staging.release()

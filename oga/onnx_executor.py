@@ -171,11 +171,22 @@ def set_cpu_device_factory(factory):
 
 
 def _open_cuda_device(path, device_id):
-    """oga.device.CudaDevice(device_id), or a ModelLoadError that says why it cannot be opened."""
-    try:
-        from . import device as device_module
+    """oga.device.CudaDevice(device_id), or a ModelLoadError that says why it cannot be opened. A
+    device whose kernels cannot be loaded (no built binary and no NVRTC) still runs the model: the
+    engine then selects tokens on the host from logits rows read back (RuntimeWarning)."""
+    from . import device as device_module
+    from .cuda_kernels import CudaUnavailable
 
-        return device_module.CudaDevice(device_id)
+    try:
+        try:
+            return device_module.CudaDevice(device_id)
+        except CudaUnavailable as kernels_error:
+            device = device_module.CudaDevice(device_id, with_kernels=False)
+            import warnings
+
+            warnings.warn(f"{path}: the CUDA sampling kernels cannot be loaded ({kernels_error}); tokens are "
+                          "selected on the host from logits rows read back each step.", RuntimeWarning, stacklevel=3)
+            return device
     except Exception as error:
         raise ModelLoadError(
             f"{path}: the session would run on CUDAExecutionProvider (device {device_id}), but oga cannot open that "
@@ -787,6 +798,7 @@ class DeviceOnnxEngineExecutor(OnnxEngineExecutor):
         self._allocations = []  # device addresses this executor owns, released by close()
         self.cuda_graph = decoder.cuda_graph
         self._run_options = {}  # graph id -> RunOptions carrying gpu_graph_id
+        self._graphs_seen = set()  # graph ids that ran once (eagerly, see _run_options_for)
         # OgaExtStepOutputs.logits_on_device. 1 (the decoder hands the core its DeviceOps): execute
         # returns the device address and copies nothing; the engine samples on the device and reads
         # back only the rows it selects on the host. 0: each step's logits rows are copied back into
@@ -891,6 +903,13 @@ class DeviceOnnxEngineExecutor(OnnxEngineExecutor):
         """RunOptions with gpu_graph_id (-1: eager) when the executor declares cuda_graph, else None."""
         if not self.cuda_graph:
             return None
+        if graph_id >= 0 and graph_id not in self._graphs_seen:
+            # A graph id's first step runs eagerly. ONNX Runtime's CUDA provider captures after a
+            # count of ordinary runs that (in some versions) is kept per thread rather than per graph,
+            # so it may capture a new graph on its first run; a capture that has to grow the memory
+            # arena fails. The eager run leaves the arena holding that shape's activations.
+            self._graphs_seen.add(graph_id)
+            graph_id = -1
         options = self._run_options.get(graph_id)
         if options is None:
             import onnxruntime as ort

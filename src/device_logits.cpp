@@ -33,8 +33,8 @@ DeviceLogits::DeviceLogits(const OgaExtDeviceOps* ops, size_t max_rows, size_t m
   read_rows_.reserve(max_logits_rows);
   read_sources_.reserve(max_rows);
   read_destinations_.reserve(max_rows);
-  // One fp32 row per request: what a step without draft verification can need.
-  mirror_.resize(max_rows * vocab_size * 4);
+  // The mirror grows on the first read-back (most steps read nothing back: a vocabulary of 150k
+  // would make a batch-sized fp32 mirror hundreds of megabytes of mostly idle host memory).
 }
 
 void DeviceLogits::ClearSamples() {

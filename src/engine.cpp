@@ -92,10 +92,10 @@ uint64_t AvailableCacheBytes(const OgaExtDeviceOps* device_ops) {
 }
 
 uint64_t AutoSizedBlockCount(const ModelConfig& config, size_t bytes_per_block, double reserved_bytes,
-                             const OgaExtDeviceOps* device_ops) {
+                             uint64_t available_bytes) {
   const DynamicBatchingConfig& batching = *config.dynamic_batching;
   const double budget =
-      static_cast<double>(AvailableCacheBytes(device_ops)) * 0.9 * *batching.gpu_utilization_factor - reserved_bytes;
+      static_cast<double>(available_bytes) * 0.9 * *batching.gpu_utilization_factor - reserved_bytes;
   const double fitting = std::floor(budget / static_cast<double>(bytes_per_block));
   if (!(fitting >= 1.0)) throw ApiError(kBudgetTooSmallMessage);
   const uint64_t block_size = static_cast<uint64_t>(batching.block_size);
@@ -180,6 +180,10 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   const size_t ring_blocks = RingBlocksFor(config, model->executor(), block_size);
   const std::vector<size_t> fixed_row_bytes = FixedStateRowBytes(config, model->executor());
   const bool fixed_capture = !fixed_row_bytes.empty() && model->executor().fixed_state_capture != 0;
+  // The memory the automatic size divides, measured before the fixed-state pool takes its share
+  // (which is then subtracted once, below).
+  const bool auto_sized = !batching.num_blocks;
+  const uint64_t available_bytes = auto_sized ? AvailableCacheBytes(model->executor().device_ops) : 0;
   // The pool is allocated before the blocks are sized, so a planned step never fails for its memory.
   std::unique_ptr<FixedStatePool> fixed_pool;
   if (!fixed_row_bytes.empty()) {
@@ -199,10 +203,10 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   const double ring_bytes = static_cast<double>(ring_blocks) * static_cast<double>(batching.max_batch_size) *
                                 static_cast<double>(model->executor().bytes_per_window_block) +
                             (fixed_pool ? static_cast<double>(fixed_pool->persistent_bytes()) : 0.0);
-  const uint64_t num_blocks = batching.num_blocks
-                                  ? static_cast<uint64_t>(*batching.num_blocks)
-                                  : AutoSizedBlockCount(config, model->executor().bytes_per_block, ring_bytes,
-                                                        model->executor().device_ops);
+  const uint64_t num_blocks = auto_sized
+                                  ? AutoSizedBlockCount(config, model->executor().bytes_per_block, ring_bytes,
+                                                        available_bytes)
+                                  : static_cast<uint64_t>(*batching.num_blocks);
   if (num_blocks > static_cast<uint64_t>(INT32_MAX) || block_size > static_cast<uint64_t>(INT32_MAX)) {
     throw ApiError("engine.dynamic_batching.num_blocks and block_size must fit in int32.");
   }

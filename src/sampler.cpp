@@ -382,7 +382,10 @@ int32_t SampleDense(float temperature, float top_p, RandomStream& stream, Sampli
   size_t taken = 0;
   while (taken < edge_count && mass < target) mass += weight[edge[taken++]];
   if (taken == 0) {
-    // Only possible when rounding left the boundary bucket's mass short: the top token alone.
+    // Only possible when rounding left the boundary bucket's mass short: the top token alone. The
+    // draw is still consumed, so a sampled token always advances the stream by one, as the device
+    // sampler's does (the engine publishes counter + 1 for every row the device samples).
+    stream.Uniform();
     return static_cast<int32_t>(FindFirst(logits, 0, vocab, max_logit));
   }
   const int32_t last_taken = edge[taken - 1];

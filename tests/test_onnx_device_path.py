@@ -383,9 +383,14 @@ def test_cuda_graph_steps_run_with_their_graph_id(model_dirs, graph_dir):
     session = executor.session = RecordingSession(executor.session)
     expected = []
 
+    seen = set()
+
     def after_run(engine):
         while len(expected) < len(session.graph_ids):
-            expected.append(str(testing.last_step_inputs(engine)["graph_id"]))
+            graph_id = testing.last_step_inputs(engine)["graph_id"]
+            # a graph id's first step runs eagerly (the memory arena's warm-up), later ones with it
+            expected.append(str(graph_id if graph_id < 0 or graph_id in seen else -1))
+            seen.add(graph_id)
 
     tokens = run_jobs(engine, after_run=after_run)
     assert session.graph_ids == expected
