@@ -1377,7 +1377,12 @@ cdef void* _device_allocate(void* context, size_t nbytes) noexcept nogil:
     with gil:
         try:
             return <void*><size_t>(<object>context).allocate(nbytes)
-        except BaseException:
+        except BaseException as error:
+            # The contract's only failure is NULL, which the core reports as a budget too small; a
+            # device failure that is not out-of-memory is named here so it is not mistaken for one.
+            import warnings
+            warnings.warn(f"oga: a device allocation of {nbytes} bytes failed: {type(error).__name__}: {error}",
+                          RuntimeWarning)
             return NULL
 
 

@@ -306,12 +306,14 @@ class Sampling(Structure):
 
 
 SAMPLE = CFUNCTYPE(c_int32, c_void_p, POINTER(Sampling), c_char_p, c_size_t)
+MEMORY_INFO = CFUNCTYPE(c_int32, c_void_p, POINTER(c_size_t), POINTER(c_size_t), c_char_p, c_size_t)
 
 
 class DeviceOpsTable(Structure):
     """OgaExtDeviceOps (include/oga/oga_ext.h)."""
     _fields_ = [("context", c_void_p), ("allocate", ALLOCATE), ("release", RELEASE), ("copy", COPY),
-                ("fill_zero", FILL_ZERO), ("synchronize", SYNCHRONIZE), ("read", COPY), ("sample", SAMPLE)]
+                ("fill_zero", FILL_ZERO), ("synchronize", SYNCHRONIZE), ("read", COPY), ("sample", SAMPLE),
+                ("memory_info", MEMORY_INFO)]
 
 
 def table_of(ops):
@@ -365,6 +367,10 @@ def test_the_cython_table_runs_every_operation(kernels):
     assert table.sample(table.context, ctypes.byref(sampling), message, 256) != 0
     assert message.value == b"ValueError: unknown logits type 7"
 
+    free, total = c_size_t(), c_size_t()
+    assert table.memory_info(table.context, ctypes.byref(free), ctypes.byref(total), message, 256) == 0
+    assert 0 < free.value <= total.value  # the host's available and physical memory
+
     for m in memory:
         table.release(table.context, m)
     ops.close()  # its own staging and scratch
@@ -389,9 +395,16 @@ def test_the_cython_table_reports_failures():
 
         read = copy
 
+        def memory_info(self):
+            raise RuntimeError("cudaMemGetInfo failed")
+
     owner, table = table_of(Failing())
     message = ctypes.create_string_buffer(64)
-    assert table.allocate(table.context, 64) is None  # NULL: the core reports out of memory
+    with pytest.warns(RuntimeWarning, match="a device allocation of 64 bytes failed: RuntimeError: no memory today"):
+        assert table.allocate(table.context, 64) is None  # NULL: the core reports out of memory
+    free, total = c_size_t(7), c_size_t(7)
+    assert table.memory_info(table.context, ctypes.byref(free), ctypes.byref(total), message, 64) == 1
+    assert message.value == b"RuntimeError: cudaMemGetInfo failed" and free.value == 7
     assert table.copy(table.context, 2, pointers([1, 2]), pointers([3, 4]), 8, message, 64) == 1
     assert message.value == b"ValueError: cannot copy 2 rows of 8 bytes"
     assert table.read(table.context, 1, pointers([1]), pointers([3]), 8, message, 64) == 1
