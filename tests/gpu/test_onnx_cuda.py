@@ -167,10 +167,24 @@ def test_the_device_samples_and_sizes_the_cache(models):
     json.dump(config, open(config_path, "w"))
     model = og.Model(auto)
     engine = og.Engine(model)
-    free, _ = devices.CudaDevice(0, with_kernels=False).memory_info()
+    probe = devices.CudaDevice(0, with_kernels=False)
+    free, _ = probe.memory_info()
+    probe.close()
     blocks = testing.engine_counters(engine)["total_blocks"]
     print(f"\nauto-sized KV cache: {blocks} blocks with {free / 2**30:.1f} GiB free on the device")
     assert blocks > 8
+
+
+def _with_blocks(model_dir, num_blocks):
+    """A copy of the model directory whose engine has `num_blocks` KV blocks."""
+    copy = f"{model_dir}_{num_blocks}_blocks"
+    if not os.path.isdir(copy):
+        shutil.copytree(model_dir, copy)
+        config_path = os.path.join(copy, "genai_config.json")
+        config = json.load(open(config_path))
+        config["engine"]["dynamic_batching"]["num_blocks"] = num_blocks
+        json.dump(config, open(config_path, "w"))
+    return copy
 
 
 def _throughput(model_dir, requests=32, max_gen=64):
@@ -178,7 +192,9 @@ def _throughput(model_dir, requests=32, max_gen=64):
 
     import oga as og
 
-    engine = og.Engine(og.Model(model_dir))
+    # Room for every resident's whole turn (4 x 80 tokens of 16-token blocks): without preemption,
+    # residents that all need a block at once with none free would wait for ever.
+    engine = og.Engine(og.Model(_with_blocks(model_dir, 4 * 6)))
     buffer = engine.create_event_buffer(256)
     handles = []
     for i in range(requests):
@@ -190,8 +206,11 @@ def _throughput(model_dir, requests=32, max_gen=64):
         handles.append(request)
     tokens = 0
     start = time.perf_counter()
-    while engine.has_pending_requests():
+    for _ in range(20 * requests * max_gen):
+        if not engine.has_pending_requests():
+            break
         tokens += sum(1 for e in engine.run(buffer) if e.flags & og.EngineEventFlags.TOKEN)
+    assert tokens == requests * max_gen, (tokens, "the workload did not finish")
     return tokens / (time.perf_counter() - start)
 
 
