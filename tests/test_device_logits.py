@@ -78,35 +78,22 @@ def test_every_policy_streams_as_on_the_host():
     assert read_back == host
 
 
-def test_only_rows_the_device_cannot_select_are_read_back():
-    cfg = dict(vocab_size=97, max_batch_size=8, num_blocks=256, context_length=96, **DEVICE)
-    model = ogt.create_test_model(**cfg)
-    engine = og.Engine(model)
-    buffer = engine.create_event_buffer(64)
-    device_row, host_row = engine.create_request(), engine.create_request()
-    device_row.begin_turn(long_prompt(5), apply_options(device_row, sampled(seed=3, max_gen=6)))
-    host_row.begin_turn(long_prompt(5, 1), apply_options(host_row, greedy(6, no_repeat_ngram_size=2)))
-    while engine.has_pending_requests():
-        engine.run(buffer)
-    counters = ogt.engine_counters(engine)
-    assert counters["device_sampled_rows"] == 6
-    assert counters["host_read_logits_rows"] == 6
-
-
-def test_steps_without_reads_count_no_read_rows():
-    """host_read_logits_rows counts the rows read in each step: once the host row's turn ended, the
-    device row's steps read nothing and must not add the previous step's count again."""
+@pytest.mark.parametrize("host_tokens", [6, 2])
+def test_only_rows_the_device_cannot_select_are_read_back(host_tokens):
+    """A no-repeat n-gram row is read back, a sampled one is not; with the host row's turn shorter
+    (2), the device row's later steps read nothing and host_read_logits_rows must not add the
+    previous step's count again."""
     cfg = dict(vocab_size=97, max_batch_size=8, num_blocks=256, context_length=96, **DEVICE)
     engine = og.Engine(ogt.create_test_model(**cfg))
     buffer = engine.create_event_buffer(64)
     device_row, host_row = engine.create_request(), engine.create_request()
     device_row.begin_turn(long_prompt(5), apply_options(device_row, sampled(seed=3, max_gen=6)))
-    host_row.begin_turn(long_prompt(5, 1), apply_options(host_row, greedy(2, no_repeat_ngram_size=2)))
+    host_row.begin_turn(long_prompt(5, 1), apply_options(host_row, greedy(host_tokens, no_repeat_ngram_size=2)))
     while engine.has_pending_requests():
         engine.run(buffer)
     counters = ogt.engine_counters(engine)
     assert counters["device_sampled_rows"] == 6
-    assert counters["host_read_logits_rows"] == 2
+    assert counters["host_read_logits_rows"] == host_tokens
 
 
 def test_retried_steps_do_not_advance_the_device_streams():
