@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "oga/oga_ext.h"
+#include "random_stream.h"
 #include "sampler.h"
 
 namespace oga {
@@ -31,6 +32,8 @@ class DeviceLogits {
   size_t sample_count() const { return logits_rows_.size(); }
   // Runs OgaExtDeviceOps.sample; returns the selected ids (-1: no candidate). Throws DeviceError.
   const int32_t* Sample(const OgaExtStepOutputs& outputs, const std::vector<int32_t>& eos_ids);
+  // Batch row `row`'s stream after the one draw a sampled row makes on the device.
+  RandomStream StreamAfterDraw(size_t row) const { return RandomStream(seeds_[row], counters_[row] + 1); }
 
   // ---- rows read back ----
   void ClearReads();

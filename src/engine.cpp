@@ -1043,9 +1043,7 @@ size_t Engine::SelectOnDevice(size_t count, const OgaExtStepOutputs& outputs) {
     StagedResult& staged = *select_staged_[i];
     staged = StagedResult{};
     if (!request.policy.greedy) {
-      // The device drew once from (key, counter): the host copy of the stream skips that draw.
-      staged.stream = request.policy.seed ? RandomStream(*request.policy.seed) : request.stream;
-      staged.stream.Skip(1);
+      staged.stream = device.StreamAfterDraw(j);
       staged.drew = true;
     }
     StageSelectedToken(request, tokens[j], staged, 0);

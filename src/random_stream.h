@@ -33,9 +33,6 @@ class RandomStream {
     return static_cast<double>(bits) * (1.0 / 9007199254740992.0);
   }
 
-  // Skips `draws` draws (made elsewhere from the same key and counter, e.g. on the device).
-  void Skip(uint64_t draws) { counter_ += draws; }
-
   uint64_t key() const { return key_; }
   uint64_t counter() const { return counter_; }
 
