@@ -1,5 +1,6 @@
-"""Build of oga's one extension, oga._core: the Cython binding plus every C++ core source, and of
-the device kernels (cuda/*.cu) into oga/kernels.
+"""Build of oga's extension oga._core (the Cython binding plus every C++ core source), of oga's
+ONNX Runtime operator library oga._ortops (ortops/*.cpp), and of the device kernels (cuda/*.cu)
+into oga/kernels.
 
 The C API functions carry OGA_EXPORT (default visibility), so they stay exported from the
 extension even though everything else is compiled with -fvisibility=hidden; ctypes can load the
@@ -51,6 +52,19 @@ core = Extension(
 
 
 
+# oga's ONNX Runtime operators (ortops/): a shared library ONNX Runtime loads into sessions
+# (SessionOptions.register_custom_ops_library), never imported by Python and never linked into the
+# core. Built as an extension only so that setuptools compiles and installs it beside oga._core.
+ortops = Extension(
+    "oga._ortops",
+    sources=_rel("ortops/*.cpp"),
+    include_dirs=["ortops"],
+    depends=_rel("ortops/*.h"),
+    language="c++",
+    extra_compile_args=compile_args,
+)
+
+
 class BuildExtAndKernels(build_ext):
     """build_ext, plus the kernels: nvcc runs alongside the C++ compiler."""
 
@@ -77,7 +91,7 @@ setup(
         [core],
         language_level=3,
         compiler_directives={"embedsignature": True},
-    ),
+    ) + [ortops],
     # Compile the core's translation units in parallel.
     options={"build_ext": {"parallel": os.cpu_count() or 1}},
 )

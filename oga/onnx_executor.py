@@ -220,6 +220,9 @@ class OnnxDecoder:
         if not os.path.isfile(self.path):
             raise ModelLoadError(f"The decoder file {self.path} does not exist (model.decoder.filename).")
         options = ort.SessionOptions()
+        # oga's own operators (the fused CPU graphs' paged attention), on every session
+        from . import ortops
+        ortops.register(options)
         # ONNX Runtime's intra-op threads spin-wait after a run by default, holding the cores the
         # engine's token selection (RowWorkers) needs right then; they still spin inside a run.
         options.add_session_config_entry("session.force_spinning_stop", "1")

@@ -44,10 +44,23 @@ def smollm2_gguf_path():
 
 @pytest.fixture(scope="session")
 def smollm2_dir(tmp_path_factory):
-    """SmolLM2 built once per test session for CPU (fp32, paged, context 1024, 16 rows)."""
+    """SmolLM2 built once per test session for CPU as onnxruntime-genai 0.18 can run it too:
+    the standard-op graph, fp32 (the GGUF dequantized), paged, context 1024, 16 rows."""
     from oga.models import build
 
     out = tmp_path_factory.mktemp("smollm2-cpu")
+    build(smollm2_gguf_path(), str(out), context_length=1024, max_batch_size=16, num_blocks=1100,
+          max_scheduled_tokens=512, graph="standard")
+    return str(out)
+
+
+@pytest.fixture(scope="session")
+def smollm2_int4_dir(tmp_path_factory):
+    """SmolLM2 as `oga build` makes it by default: the fused graph with the GGUF's own Q4_1 / Q8_0
+    blocks (context 1024, 16 rows)."""
+    from oga.models import build
+
+    out = tmp_path_factory.mktemp("smollm2-cpu-int4")
     build(smollm2_gguf_path(), str(out), context_length=1024, max_batch_size=16, num_blocks=1100,
           max_scheduled_tokens=512)
     return str(out)

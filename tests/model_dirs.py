@@ -4,7 +4,7 @@
   a tokenizer_config.json with SmolLM2's chat template and a genai_config.json (onnxruntime-genai
   0.18's Tokenizer needs one), in seconds and without the model builder.
 - tiny_model_dir: a random-weight model from oga.models.build with that tokenizer.
-- smollm2_model_dir: the session's SmolLM2-135M-Instruct build (conftest's smollm2_dir) placed
+- smollm2_model_dir: the session's default SmolLM2-135M-Instruct build (conftest's smollm2_int4_dir) placed
   where `oga generate` finds its cached default model under $OGA_CACHE_DIR.
 - decoder_names: the OgaExtDecoderNames dict the ONNX loader receives, for executor-level tests.
 - byte_level_alphabet: GPT-2's byte -> character table, for writing byte-level tokenizer fixtures.
@@ -141,8 +141,8 @@ def oga_cache_dir(tmp_path_factory):
 
 
 def smollm2_model_dir(tmp_path_factory, smollm2_dir):
-    """The session's SmolLM2 build (conftest's smollm2_dir), also placed where `oga generate` looks
-    for its cached default model under OGA_CACHE_DIR = oga_cache_dir(...)."""
+    """A session's SmolLM2 build (the default one: conftest's smollm2_int4_dir), also placed where
+    `oga generate` looks for its cached default model under OGA_CACHE_DIR = oga_cache_dir(...)."""
     from oga import cli
 
     cached = os.path.join(oga_cache_dir(tmp_path_factory), cli.DEFAULT_MODEL_NAME)

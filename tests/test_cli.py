@@ -2,7 +2,8 @@
 
 The engine loop, output format and summary are tested in-process with oga's deterministic test
 model and a small tokenizer (no model builder involved). The command itself runs as
-`python -m oga generate` on SmolLM2-135M-Instruct: the session's build (conftest's smollm2_dir) is
+`python -m oga generate` on SmolLM2-135M-Instruct: the session's build (conftest's smollm2_int4_dir,
+what the command builds by default) is
 placed where the command caches its default model, so the default-model path is exercised; the
 first-use build itself is tested with a stand-in for oga.models.build.
 """
@@ -218,8 +219,8 @@ def _oga(args, tmp_path_factory, stdin=None):
 
 
 @pytest.fixture(scope="module")
-def smollm2(tmp_path_factory, smollm2_dir):
-    return smollm2_model_dir(tmp_path_factory, smollm2_dir)
+def smollm2(tmp_path_factory, smollm2_int4_dir):
+    return smollm2_model_dir(tmp_path_factory, smollm2_int4_dir)
 
 
 def test_generate_one_prompt_with_the_default_model(smollm2, tmp_path_factory):

@@ -24,15 +24,18 @@ def hybrid_spec(layer_types, **overrides):
 
 @pytest.fixture(scope="module")
 def hybrid_dirs(tmp_path_factory):
+    """(name, graph) -> (model dir, spec), each as both CPU graphs (standard ops, oga's fused operators)."""
     out = {}
     for name, spec in (
             ("crca", hybrid_spec(["conv", "attention", "recurrent", "attention"])),
             ("mixed5", hybrid_spec(["recurrent", "conv", "attention", "conv", "recurrent"], conv_kernel=3,
                                    num_kv_heads=1, tie_word_embeddings=True))):
-        path = tmp_path_factory.mktemp(name)
-        # 16 tokens per step: long prompts prefill in chunks beside other rows' decodes.
-        build(None, str(path), random_spec=spec, block_size=4, max_batch_size=4, max_scheduled_tokens=16, seed=5)
-        out[name] = (str(path), spec)
+        for graph in ("standard", "fused"):
+            path = tmp_path_factory.mktemp(f"{name}-{graph}")
+            # 16 tokens per step: long prompts prefill in chunks beside other rows' decodes.
+            build(None, str(path), random_spec=spec, block_size=4, max_batch_size=4, max_scheduled_tokens=16,
+                  seed=5, graph=graph)
+            out[name, graph] = (str(path), spec)
     return out
 
 
@@ -86,13 +89,14 @@ def test_onnxruntime_genai_runs_the_hybrid_model_like_the_reference(hybrid_dirs,
     """onnxruntime-genai 0.18's engine (the contract's origin) runs the same directories: the
     builder's hybrid decoders follow its fixed-state contract."""
     og018 = pytest.importorskip("onnxruntime_genai")
-    model_dir, spec = hybrid_dirs[name]
+    model_dir, spec = hybrid_dirs[name, "standard"]
     assert run(og018, model_dir, PROMPTS, STARTS)[0] == reference_streams(spec)
 
 
+@pytest.mark.parametrize("graph", ["standard", "fused"])
 @pytest.mark.parametrize("name", ["crca", "mixed5"])
-def test_concurrent_requests_match_the_reference_and_running_alone(hybrid_dirs, name):
-    model_dir, spec = hybrid_dirs[name]
+def test_concurrent_requests_match_the_reference_and_running_alone(hybrid_dirs, name, graph):
+    model_dir, spec = hybrid_dirs[name, graph]
     starts = STARTS
     tokens, engine = run(og, model_dir, PROMPTS, starts, check=testing.check_invariants)
     assert tokens == reference_streams(spec)
@@ -112,7 +116,7 @@ def test_the_committed_state_is_the_references(hybrid_dirs):
     tokens (prompt plus every generated token but the last)."""
     from oga.models.reference import forward_with_states
 
-    model_dir, spec = hybrid_dirs["crca"]
+    model_dir, spec = hybrid_dirs["crca", "fused"]
     loaded = random_model(spec, seed=5)
     engine = og.Engine(og.Model(model_dir))
     request = engine.create_request()

@@ -14,7 +14,9 @@ import pytest
 from oga.models import build
 from oga.models import genai_config
 from oga.models.__main__ import main as cli_main
+from oga import ortops
 from oga.models.onnx_cpu import build_cpu_graph, rope_inv_freq
+from oga.models.onnx_cpu_fused import build_cpu_fused_graph
 from oga.models.onnx_cuda import build_cuda_graph
 from oga.models.random_weights import random_model
 from oga.models.reference import Reference, greedy
@@ -53,7 +55,9 @@ class PagedRunner:
 
     def __init__(self, model, spec, block_size=BLOCK, num_blocks=NUM_BLOCKS, seed=0, reserve_ahead=1):
         self.spec, self.block_size, self.reserve_ahead = spec, block_size, reserve_ahead
-        self.session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        options = ort.SessionOptions()
+        ortops.register(options)                       # the fused graphs' operators
+        self.session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         shape = (num_blocks, block_size, spec.num_kv_heads, spec.head_dim)
         self.caches = {(i, kind): np.full(shape, np.nan, np.float32)
                        for i in range(spec.num_layers) for kind in ("key", "value")}
@@ -133,19 +137,28 @@ SCHEDULE = [
 ]
 
 
+def _fused_fp32(spec, weights, **kwargs):
+    return build_cpu_fused_graph(spec, weights, precision="fp32", context_length=spec.context_length, **kwargs)
+
+
+# Both CPU graphs, at fp32: the standard-op one and the fused one (oga's operators).
+GRAPH_BUILDERS = {"standard": build_cpu_graph, "fused": _fused_fp32}
+
+
 def _run_schedule(runner, refs, rng, check):
     for rows in SCHEDULE:
         step = [(name, _prompts(rng, n)[0]) for name, n in rows]
         check(runner.step(step), refs.step(step), step)
 
 
+@pytest.mark.parametrize("graph", list(GRAPH_BUILDERS))
 @pytest.mark.parametrize("variant, block_size", [("llama", BLOCK), ("llama", 1), ("llama", 16),
                                                  ("qwen2-bias-tied", BLOCK), ("llama3-rope-mha", BLOCK),
                                                  ("mistral-window", BLOCK)])
-def test_prefill_decode_and_mixed_steps_match_the_numpy_reference(variant, block_size):
+def test_prefill_decode_and_mixed_steps_match_the_numpy_reference(variant, block_size, graph):
     spec = _variant(variant)
     loaded = random_model(spec, seed=7)
-    runner = PagedRunner(build_cpu_graph(spec, loaded.weights, block_size=block_size), spec,
+    runner = PagedRunner(GRAPH_BUILDERS[graph](spec, loaded.weights, block_size=block_size), spec,
                          block_size=block_size, num_blocks=NUM_BLOCKS * BLOCK // block_size + 4)
     refs = ReferenceRows(loaded)
     worst = []
@@ -156,7 +169,7 @@ def test_prefill_decode_and_mixed_steps_match_the_numpy_reference(variant, block
             worst.append(float(np.abs(row - exp[-1]).max()))
 
     _run_schedule(runner, refs, np.random.default_rng(1), check)
-    print(f"{variant} (block size {block_size}): max abs diff {max(worst):.2e}")
+    print(f"{variant} {graph} (block size {block_size}): max abs diff {max(worst):.2e}")
     assert max(worst) < TOL
 
 
@@ -188,6 +201,29 @@ def test_caches_are_updated_in_place_and_only_at_the_rows_slots():
     assert np.abs(runner.caches[(1, "value")][block, slot] - ref.values[1][5]).max() < TOL
 
 
+def test_the_fused_graph_writes_only_the_rows_slots_and_reads_no_other():
+    """oga.PagedGroupQueryAttention writes each token's slot and nothing else (no tail zeroing: it
+    never reads a slot no token wrote, so the NaN every other slot starts with never reaches the
+    logits)."""
+    loaded = random_model(SPEC, seed=2)
+    runner = PagedRunner(_fused_fp32(SPEC, loaded.weights, block_size=BLOCK), SPEC)
+    refs = ReferenceRows(loaded)
+    for rows in ([("a", [5, 6, 7, 8, 9]), ("b", [1, 2])], [("a", [3]), ("b", [4, 4, 4])]):
+        logits = runner.step(rows)
+        assert np.isfinite(logits).all()
+        assert np.abs(logits - np.stack([r[-1] for r in refs.step(rows)])).max() < TOL
+    tokens = {runner.slot("a", p) for p in range(6)} | {runner.slot("b", p) for p in range(5)}
+    for key, arr in runner.caches.items():
+        for block in range(arr.shape[0]):
+            for slot in range(arr.shape[1]):
+                assert np.isfinite(arr[block, slot]).all() == ((block, slot) in tokens), (key, block, slot)
+    ref = Reference(loaded)
+    ref.step([5, 6, 7, 8, 9, 3])
+    block, slot = runner.slot("a", 5)
+    assert np.abs(runner.caches[(0, "key")][block, slot] - ref.keys[0][5]).max() < TOL
+    assert np.abs(runner.caches[(1, "value")][block, slot] - ref.values[1][5]).max() < TOL
+
+
 def test_present_outputs_come_straight_out_of_scatternd_on_the_inputs():
     model = build_cpu_graph(SPEC, random_model(SPEC).weights, block_size=BLOCK)
     producers = {out: node for node in model.graph.node for out in node.output}
@@ -210,10 +246,31 @@ def test_present_outputs_come_straight_out_of_scatternd_on_the_inputs():
     assert dims["attention_metadata"] == [3]
 
 
-def test_per_token_logits_and_logits_indices():
+def test_fused_present_outputs_come_straight_out_of_the_attention_operator_on_the_inputs():
+    model = _fused_fp32(SPEC, random_model(SPEC).weights, block_size=BLOCK)
+    producers = {out: node for node in model.graph.node for out in node.output}
+    for i in range(SPEC.num_layers):
+        node = producers[f"present.{i}.key"]
+        assert (node.op_type, node.domain) == ("PagedGroupQueryAttention", "oga")
+        assert producers[f"present.{i}.value"] is node
+        assert list(node.input[3:8]) == [f"past_key_values.{i}.key", f"past_key_values.{i}.value", "block_table",
+                                         "cumulative_sequence_lengths", "past_sequence_lengths"]
+        for kind in ("key", "value"):
+            assert [n for n in model.graph.node if f"past_key_values.{i}.{kind}" in n.input] == [node]
+    onnx.checker.check_model(model, full_check=True)
+    # the same graph inputs and outputs as the standard graph: one contract
+    standard = build_cpu_graph(SPEC, random_model(SPEC).weights, block_size=BLOCK)
+    signature = (lambda m: [(v.name, str(v.type)) for v in list(m.graph.input) + list(m.graph.output)])
+    assert signature(model) == signature(standard)
+    assert len(model.graph.node) < len(standard.graph.node) / 4
+
+
+@pytest.mark.parametrize("graph", list(GRAPH_BUILDERS))
+def test_per_token_logits_and_logits_indices(graph):
+    builder = GRAPH_BUILDERS[graph]
     loaded = random_model(SPEC, seed=4)
-    per_token = PagedRunner(build_cpu_graph(SPEC, loaded.weights, block_size=BLOCK, per_token_logits=True), SPEC)
-    selected = PagedRunner(build_cpu_graph(SPEC, loaded.weights, block_size=BLOCK, logits_indices=True), SPEC)
+    per_token = PagedRunner(builder(SPEC, loaded.weights, block_size=BLOCK, per_token_logits=True), SPEC)
+    selected = PagedRunner(builder(SPEC, loaded.weights, block_size=BLOCK, logits_indices=True), SPEC)
     refs = ReferenceRows(loaded)
     rng = np.random.default_rng(5)
     worst = 0.0
@@ -230,7 +287,7 @@ def test_per_token_logits_and_logits_indices():
     print(f"per-token / selected logits: max abs diff {worst:.2e}")
     assert worst < TOL
     with pytest.raises(ValueError, match="mutually exclusive"):
-        build_cpu_graph(SPEC, loaded.weights, per_token_logits=True, logits_indices=True)
+        builder(SPEC, loaded.weights, per_token_logits=True, logits_indices=True)
     assert selected.session.get_outputs()[0].shape[0] == "num_logits"
     assert per_token.session.get_outputs()[0].shape[0] == "num_tokens"
 
@@ -360,7 +417,7 @@ PROMPTS_018 = [[5, 9, 13], [7] * 20, [11, 12, 13, 14, 15, 16, 17, 18, 19], list(
 def test_onnxruntime_genai_018_engine_runs_the_directory(tmp_path, logits):
     """Chunked prefills (47-token prompt, 32-token steps), mixed steps, greedy == the reference."""
     out = build(None, tmp_path / logits, random_spec=SPEC, seed=3, max_batch_size=8, max_scheduled_tokens=32,
-                per_token_logits=logits == "per_token", logits_indices=logits == "indices")
+                per_token_logits=logits == "per_token", logits_indices=logits == "indices", graph="standard")
     got = _run_018(out, PROMPTS_018, 10)
     loaded = random_model(SPEC, seed=3)
     for prompt, tokens in zip(PROMPTS_018, got):

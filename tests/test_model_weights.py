@@ -260,7 +260,7 @@ def test_interface_fields():
         "context_length", "tie_word_embeddings", "qkv_bias", "sliding_window", "bos_token_id",
         "eos_token_ids", "pad_token_id", "sliding_window_layers", "layer_types", "conv_kernel"]
     assert [f.name for f in dataclasses.fields(LoadedModel)] == [
-        "spec", "weights", "tokenizer_json", "tokenizer_config"]
+        "spec", "weights", "tokenizer_json", "tokenizer_config", "blocks"]
 
 
 def test_validate_reports_problems():

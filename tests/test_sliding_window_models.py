@@ -163,26 +163,32 @@ def _check_schedule(runner, loaded, steps, per_token):
     return worst, refs
 
 
+GRAPHS = ("standard", "fused")      # the CPU builder's graphs: standard ONNX ops, oga's fused operators
+
+
 @pytest.fixture(scope="module")
 def ring_dirs(tmp_path_factory):
-    """name -> (model dir, spec, chunk size): ring layers 0 and 2 of 3 (W 10, C 6 -> R 4, a 16-slot
-    ring), ring layer 1 of 2 with per-token logits (W 8, C 4 -> R 3), and a 4-layer model (W 12, C 8)."""
+    """(name, graph) -> (model dir, spec, chunk size): ring layers 0 and 2 of 3 (W 10, C 6 -> R 4, a
+    16-slot ring), ring layer 1 of 2 with per-token logits (W 8, C 4 -> R 3), and a 4-layer model
+    (W 12, C 8); each as both CPU graphs."""
     out = {}
     for name, spec, chunk, per_token in (
             ("ring02", ring_spec(3, (0, 2), 10), 6, False),
             ("ring1-per-token", ring_spec(2, (1,), 8), 4, True),
             ("ring4", ring_spec(4, (1, 2, 3), 12, num_kv_heads=1, tie_word_embeddings=True), 8, False)):
-        path = tmp_path_factory.mktemp(name)
-        build(None, str(path), random_spec=spec, block_size=BLOCK, chunk_size=chunk, max_batch_size=4,
-              max_scheduled_tokens=64, per_token_logits=per_token, seed=5)
-        out[name] = (str(path), spec, chunk)
+        for graph in GRAPHS:
+            path = tmp_path_factory.mktemp(f"{name}-{graph}")
+            build(None, str(path), random_spec=spec, block_size=BLOCK, chunk_size=chunk, max_batch_size=4,
+                  max_scheduled_tokens=64, per_token_logits=per_token, seed=5, graph=graph)
+            out[name, graph] = (str(path), spec, chunk)
     return out
 
 
+@pytest.mark.parametrize("graph", GRAPHS)
 @pytest.mark.parametrize("name, ring_padding", [("ring02", False), ("ring1-per-token", False), ("ring4", False),
                                                 ("ring02", True)])
-def test_ring_layers_match_the_numpy_reference_through_the_executor(ring_dirs, name, ring_padding):
-    model_dir, spec, chunk = ring_dirs[name]
+def test_ring_layers_match_the_numpy_reference_through_the_executor(ring_dirs, name, ring_padding, graph):
+    model_dir, spec, chunk = ring_dirs[name, graph]
     loaded = random_model(spec, seed=5)
     runner = RingSteps(model_dir, chunk, spec.sliding_window, ring_padding=ring_padding)
     assert runner.decoder.windowed_block_table and runner.decoder.ring_layers == set(spec.sliding_window_layers)
@@ -254,7 +260,7 @@ def test_a_ring_layer_is_windowed_and_a_full_layer_is_not():
 
 
 def test_the_executor_needs_window_blocks_and_a_windowed_table(ring_dirs):
-    model_dir, spec, chunk = ring_dirs["ring02"]
+    model_dir, spec, chunk = ring_dirs["ring02", "fused"]
     decoder = onnx_executor.load_decoder(decoder_names(model_dir))
     assert decoder.windowed_block_table and decoder.ring_layers == {0, 2}
     layer_bytes = BLOCK * spec.num_kv_heads * spec.head_dim * 4 * 2
@@ -297,7 +303,7 @@ def _edited_copy(model_dir, dest, edit_model=None, edit_config=None):
 
 
 def test_load_errors_name_the_windowed_table_and_the_ring_layers(ring_dirs, tmp_path):
-    model_dir, _, _ = ring_dirs["ring02"]
+    model_dir, _, _ = ring_dirs["ring02", "standard"]     # the executor's checks, not ONNX Runtime's
 
     def int64_table(model):
         next(i for i in model.graph.input if i.name == "block_table_windowed").type.tensor_type.elem_type = \
@@ -329,9 +335,10 @@ def test_load_errors_name_the_windowed_table_and_the_ring_layers(ring_dirs, tmp_
 # --------------------------------------------------------------------------------------------
 # whole engines on the built directory
 
-@pytest.mark.parametrize("engine_module", ["oga", "onnxruntime_genai"])
+@pytest.mark.parametrize("engine_module, graph", [("oga", "standard"), ("oga", "fused"),
+                                                  ("onnxruntime_genai", "standard")])
 @pytest.mark.parametrize("name", ["ring02", "ring4"])
-def test_engines_run_the_ring_model_like_the_reference(ring_dirs, name, engine_module):
+def test_engines_run_the_ring_model_like_the_reference(ring_dirs, name, engine_module, graph):
     """Greedy decoding of concurrent requests (a 57-token prompt prefilled in chunks wraps its ring
     several times) through a whole engine equals the numpy reference: oga's own engine, and
     onnxruntime-genai 0.18's (the contract's origin) where it is installed."""
@@ -343,7 +350,7 @@ def test_engines_run_the_ring_model_like_the_reference(ring_dirs, name, engine_m
     else:
         og = pytest.importorskip("onnxruntime_genai")
         check = None
-    model_dir, spec, _ = ring_dirs[name]
+    model_dir, spec, _ = ring_dirs[name, graph]
     loaded = random_model(spec, seed=5)
     prompts = [list(range(3, 60)), [5, 9, 13], [7] * 20]
     engine = og.Engine(og.Model(model_dir))
@@ -372,8 +379,9 @@ def test_engines_run_the_ring_model_like_the_reference(ring_dirs, name, engine_m
 # --------------------------------------------------------------------------------------------
 # builder
 
-def test_build_writes_what_the_engine_needs(ring_dirs):
-    model_dir, spec, chunk = ring_dirs["ring02"]
+@pytest.mark.parametrize("graph", GRAPHS)
+def test_build_writes_what_the_engine_needs(ring_dirs, graph):
+    model_dir, spec, chunk = ring_dirs["ring02", graph]
     config = json.load(open(os.path.join(model_dir, "genai_config.json")))
     decoder = config["model"]["decoder"]
     assert decoder["sliding_window"] == {"window_size": 10, "layers": [0, 2]}
@@ -395,15 +403,22 @@ def test_build_writes_what_the_engine_needs(ring_dirs):
     for i in range(3):
         first = "window_blocks" if i in (0, 2) else "num_blocks"
         assert dims[f"past_key_values.{i}.key"] == dims[f"present.{i}.value"] == [first, BLOCK, 2, 16]
-    # every present cache is a ScatterND straight out of its past input (in-place update), and a
-    # ring layer's writes go through the windowed table
+    # every present cache comes straight out of the one node that reads its past input (in-place
+    # update), and a ring layer's writes go through the windowed table
     producers = {out: node for node in model.graph.node for out in node.output}
     for i in range(3):
         for kind in ("key", "value"):
             node = producers[f"present.{i}.{kind}"]
-            assert node.op_type == "ScatterND" and node.input[0] == f"past_key_values.{i}.{kind}"
-            assert [n for n in model.graph.node if node.input[0] in n.input] == [node]
-            assert ("ring" in node.input[1]) == (i in (0, 2))
+            past = f"past_key_values.{i}.{kind}"
+            assert [n for n in model.graph.node if past in n.input] == [node]
+            if graph == "standard":
+                assert node.op_type == "ScatterND" and node.input[0] == past
+                assert ("ring" in node.input[1]) == (i in (0, 2))
+            else:
+                assert node.op_type == "PagedGroupQueryAttention" and past in node.input[3:5]
+                assert node.input[5] == ("block_table_windowed" if i in (0, 2) else "block_table")
+                window = next(a.i for a in node.attribute if a.name == "local_window_size")
+                assert window == (10 if i in (0, 2) else -1)
 
 
 def test_build_refuses_inconsistent_window_options(tmp_path):

@@ -1,4 +1,5 @@
-"""SmolLM2-135M-Instruct end to end on CPU: built by oga.models, run by og.Engine."""
+"""SmolLM2-135M-Instruct end to end on CPU: built by oga.models (by default: the fused graph with
+the GGUF's own Q4_1 / Q8_0 blocks), run by og.Engine."""
 import numpy as np
 import pytest
 from tokenizers import Tokenizer
@@ -16,8 +17,8 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def tokenizer(smollm2_dir):
-    return Tokenizer.from_file(f"{smollm2_dir}/tokenizer.json")
+def tokenizer(smollm2_int4_dir):
+    return Tokenizer.from_file(f"{smollm2_int4_dir}/tokenizer.json")
 
 
 def _submit(engine, token_lists, max_new):
@@ -41,15 +42,17 @@ def _drain(engine, buffer):
     return streams
 
 
-def test_capital_of_france(smollm2_dir, tokenizer):
-    engine = og.Engine(og.Model(smollm2_dir))
+def test_capital_of_france(smollm2_int4_dir, tokenizer):
+    engine = og.Engine(og.Model(smollm2_int4_dir))
     [request] = _submit(engine, [tokenizer.encode("The capital of France is").ids], 6)
     streams = _drain(engine, engine.create_event_buffer(8))
     assert "Paris" in tokenizer.decode(streams[request])
 
 
-def test_sixteen_prompts_in_flight_equal_each_alone(smollm2_dir, tokenizer):
-    model = og.Model(smollm2_dir)
+@pytest.mark.parametrize("build", ["int4-fused", "fp32-standard"])
+def test_sixteen_prompts_in_flight_equal_each_alone(request, build, tokenizer):
+    model_dir = request.getfixturevalue("smollm2_int4_dir" if build == "int4-fused" else "smollm2_dir")
+    model = og.Model(model_dir)
     token_lists = [tokenizer.encode(p).ids for p in PROMPTS]
     alone = []
     for tokens in token_lists:
@@ -71,12 +74,12 @@ def test_sixteen_prompts_in_flight_equal_each_alone(smollm2_dir, tokenizer):
     assert testing.engine_counters(engine)["committed_steps"] < sum(len(t) for t in alone)
 
 
-def test_engine_token_table_reproduces_the_tokenizers_decode(smollm2_dir, tokenizer):
+def test_engine_token_table_reproduces_the_tokenizers_decode(smollm2_int4_dir, tokenizer):
     """The token text stop strings and guidance use: byte-exact pieces whose concatenation decodes to
     what the tokenizers package decodes, special tokens flagged."""
     from oga.tokenizer import _engine_token_table
 
-    blob, offsets, special = _engine_token_table(str(smollm2_dir))
+    blob, offsets, special = _engine_token_table(str(smollm2_int4_dir))
     assert len(special) == tokenizer.get_vocab_size(with_added_tokens=True)
     assert special[tokenizer.token_to_id("<|im_end|>")] == 1 and special[tokenizer.token_to_id("Paris")] == 0
     for text in ["The capital of France is Paris.", "naïve café — 日本語 😀", "  spaces\n\ttabs"]:
@@ -85,8 +88,8 @@ def test_engine_token_table_reproduces_the_tokenizers_decode(smollm2_dir, tokeni
         assert joined.decode("utf-8") == tokenizer.decode(ids)
 
 
-def test_stop_string_on_the_real_model(smollm2_dir, tokenizer):
-    model = og.Model(smollm2_dir)
+def test_stop_string_on_the_real_model(smollm2_int4_dir, tokenizer):
+    model = og.Model(smollm2_int4_dir)
     prompt = tokenizer.encode("The capital of France is").ids
     engine = og.Engine(model)
     [request] = _submit(engine, [prompt], 24)
@@ -108,10 +111,10 @@ def test_stop_string_on_the_real_model(smollm2_dir, tokenizer):
     assert events[-1][1:] == (int(og.FinishReason.STOP_STRING), 1)
 
 
-def test_json_schema_guidance_gives_valid_json(smollm2_dir):
+def test_json_schema_guidance_gives_valid_json(smollm2_int4_dir):
     import json
 
-    model = og.Model(smollm2_dir)
+    model = og.Model(smollm2_int4_dir)
     tokenizer = og.Tokenizer(model)
     engine = og.Engine(model)
     schema = {"type": "object",

@@ -24,7 +24,18 @@ def make_parser() -> argparse.ArgumentParser:
     src.add_argument("--random", action="store_true", help="random weights of the shape given below")
     b.add_argument("--output", "-o", required=True, metavar="DIR", help="output directory")
     b.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
-                   help="cpu: fp32 standard-op paged attention; cuda: fp16 PagedAttention (default cpu)")
+                   help="cpu: paged decoder for ONNX Runtime's CPU provider; cuda: fp16 PagedAttention (default cpu)")
+    b.add_argument("--graph", choices=("fused", "standard"), default="fused",
+                   help="cpu graph: fused (fused ONNX Runtime kernels and oga's paged attention operator; any "
+                        "precision) or standard (standard ONNX ops, fp32; onnxruntime-genai 0.18 runs it too); "
+                        "default fused")
+    b.add_argument("--precision", choices=("int4", "int8", "fp32"),
+                   help="linear weights of the fused cpu graph: int4 / int8 MatMulNBits (GGUF Q4_0 / Q4_1 / Q8_0 "
+                        "blocks repacked exactly, everything else quantized round-to-nearest in blocks of 32; the "
+                        "LM head 8-bit) or fp32 (default: a GGUF keeps its own Q4_0 / Q4_1 / Q8_0 blocks, "
+                        "everything else fp32)")
+    b.add_argument("--accuracy-level", type=int, choices=range(5), default=4, metavar="{0..4}",
+                   help="MatMulNBits accuracy_level: 4 = int8 activations (default), 0 = as ONNX Runtime picks")
     b.add_argument("--block-size", type=_positive, help="KV block size (default 16 on cpu, 256 on cuda)")
     b.add_argument("--num-blocks", type=_positive,
                    help="KV blocks per layer (cpu default: max-batch-size full-length requests)")
@@ -103,7 +114,8 @@ def main(argv=None) -> int:
                     max_batch_size=args.max_batch_size, max_scheduled_tokens=args.max_scheduled_tokens,
                     context_length=args.context_length, per_token_logits=args.per_token_logits,
                     logits_indices=args.logits_indices, chunk_size=args.chunk_size,
-                    state_capture=args.state_capture, random_spec=spec,
+                    state_capture=args.state_capture, random_spec=spec, graph=args.graph,
+                    precision=args.precision, accuracy_level=args.accuracy_level,
                     seed=args.seed, progress=True)
     except (ValueError, FileNotFoundError, NotImplementedError, OSError) as exc:
         print(f"python -m oga.models build: error: {exc}", file=sys.stderr)

@@ -17,6 +17,7 @@ import sys
 import time
 
 from . import genai_config as cfg
+from .linear_weights import DEFAULT_ACCURACY_LEVEL, check_accuracy_level, check_precision
 from .spec import DecoderSpec, LoadedModel
 
 MODEL_FILENAME = "model.onnx"
@@ -53,9 +54,21 @@ def load_source(source, *, random_spec: DecoderSpec | None = None, seed: int = 0
     return load_gguf(path)
 
 
+GRAPHS = ("fused", "standard")
+
+
 def build_graph(loaded: LoadedModel, *, target: str, block_size: int, context_length: int,
-                per_token_logits: bool = False, logits_indices: bool = False, state_capture: bool | None = None):
-    """The decoder ModelProto for `target` ("cpu" or "cuda")."""
+                per_token_logits: bool = False, logits_indices: bool = False, state_capture: bool | None = None,
+                graph: str = "fused", precision: str | None = None,
+                accuracy_level: int = DEFAULT_ACCURACY_LEVEL):
+    """The decoder ModelProto for `target` ("cpu" or "cuda"); on cpu, `graph` "fused" (oga's
+    operators, any precision) or "standard" (standard ONNX ops, fp32, also loads in onnxruntime-genai)."""
+    if target == "cpu" and graph == "fused":
+        from .onnx_cpu_fused import build_cpu_fused_graph
+        return build_cpu_fused_graph(loaded.spec, loaded.weights, blocks=loaded.blocks, precision=precision,
+                                     accuracy_level=accuracy_level, block_size=block_size,
+                                     context_length=context_length, per_token_logits=per_token_logits,
+                                     logits_indices=logits_indices, state_capture=state_capture)
     if target == "cpu":
         from .onnx_cpu import build_cpu_graph
         return build_cpu_graph(loaded.spec, loaded.weights, block_size=block_size,
@@ -112,6 +125,7 @@ def build(source, output_dir, *, target: str = "cpu", block_size: int | None = N
           max_scheduled_tokens: int = cfg.DEFAULT_MAX_SCHEDULED_TOKENS, context_length: int | None = None,
           per_token_logits: bool = False, logits_indices: bool = False, chunk_size: int | None = None,
           state_capture: bool | None = None, random_spec: DecoderSpec | None = None, seed: int = 0,
+          graph: str = "fused", precision: str | None = None, accuracy_level: int = DEFAULT_ACCURACY_LEVEL,
           progress: bool = False) -> str:
     """Build a model directory at `output_dir` and return its path.
 
@@ -126,9 +140,21 @@ def build(source, output_dir, *, target: str = "cpu", block_size: int | None = N
     `state_capture`: hybrid decoders also output every packed token's fixed state
     (`present.*.per_token`, see onnx_cpu), which the engine needs to verify drafts; None turns it on
     for hybrid decoders built with `per_token_logits`; it requires `per_token_logits`.
+    `graph` (cpu): "fused" (default: fused ONNX Runtime kernels and oga's paged attention operator,
+    onnx_cpu_fused) or "standard" (standard ONNX ops only, fp32: the variant onnxruntime-genai 0.18
+    can run too). `precision` (fused cpu graph): None (a GGUF keeps its Q4_0 / Q4_1 / Q8_0 blocks,
+    everything else fp32), "int4", "int8" or "fp32" (see linear_weights.py); `accuracy_level` is
+    MatMulNBits' (4: int8 activations).
     """
     if target not in ("cpu", "cuda"):
         raise ValueError(f"target must be 'cpu' or 'cuda', got {target!r}")
+    if graph not in GRAPHS:
+        raise ValueError(f"graph must be one of {', '.join(GRAPHS)}, got {graph!r}")
+    check_precision(precision)
+    check_accuracy_level(accuracy_level)
+    if precision not in (None, "fp32") and not (target == "cpu" and graph == "fused"):
+        raise ValueError(f"precision {precision!r} is built for the cpu target's fused graph only (the standard "
+                         "cpu graph is fp32, the cuda graph fp16)")
     if per_token_logits and logits_indices:
         raise ValueError("per_token_logits and logits_indices are mutually exclusive")
     if state_capture and not per_token_logits:
@@ -158,8 +184,9 @@ def build(source, output_dir, *, target: str = "cpu", block_size: int | None = N
                                    logits_indices=logits_indices, chunk_size=chunk_size)
     model = build_graph(loaded, target=target, block_size=block_size, context_length=context_length,
                         per_token_logits=per_token_logits, logits_indices=logits_indices,
-                        state_capture=state_capture)
-    del loaded.weights                                    # the graph holds its own copies
+                        state_capture=state_capture, graph=graph, precision=precision,
+                        accuracy_level=accuracy_level)
+    del loaded.weights, loaded.blocks                     # the graph holds its own copies
 
     os.makedirs(output_dir, exist_ok=True)
     _say(progress, f"writing {os.path.join(output_dir, MODEL_FILENAME)}")

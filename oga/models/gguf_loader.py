@@ -211,14 +211,29 @@ def read_spec(reader) -> DecoderSpec:
     )
 
 
+def exact_blocks(tensor, rows: np.ndarray | None = None):
+    """The MatMulNBits form of a 2-D Q4_0 / Q4_1 / Q8_0 tensor, its blocks repacked exactly (rows
+    reordered by `rows` when given), or None for any other type."""
+    from . import quantize
+
+    name = tensor.tensor_type.name
+    if name not in quantize.GGUF_EXACT_TYPES or len(tensor.shape) != 2:
+        return None
+    k, n = (int(x) for x in tensor.shape)                # GGUF ne = [in, out]
+    blocks = quantize.from_gguf(name, np.asarray(tensor.data), n, k)
+    return blocks if rows is None else blocks.take_rows(rows)
+
+
 def load_gguf(path: str | os.PathLike, *, with_tokenizer: bool = True) -> LoadedModel:
-    """Read a GGUF file: spec from metadata, float32 HF-named weights, tokenizer files."""
+    """Read a GGUF file: spec from metadata, float32 HF-named weights, the exactly repackable
+    quantized tensors as MatMulNBits blocks (LoadedModel.blocks), tokenizer files."""
     import gguf
 
     reader = gguf.GGUFReader(os.fspath(path))
     arch = _field(reader, "general.architecture")
     spec = read_spec(reader)
     weights: dict[str, np.ndarray] = {}
+    blocks = {}
     for tensor in reader.tensors:
         if tensor.name in _IGNORED:
             continue
@@ -227,18 +242,23 @@ def load_gguf(path: str | os.PathLike, *, with_tokenizer: bool = True) -> Loaded
             raise NotImplementedError(f"GGUF tensor {tensor.name!r} ({arch}) has no "
                                       f"counterpart in oga's Llama-family decoder")
         w = dequantize_tensor(tensor)
+        rows = None
         if arch in _PERMUTED_QK:
-            if ".q_proj." in name:
-                w = unpermute_qk(w, spec.num_heads)
-            elif ".k_proj." in name:
-                w = unpermute_qk(w, spec.num_kv_heads)
+            heads = spec.num_heads if ".q_proj." in name else spec.num_kv_heads if ".k_proj." in name else None
+            if heads is not None:
+                rows = unpermute_qk(np.arange(w.shape[0]), heads)
+                w = w[rows]
         weights[name] = w
+        quantized = exact_blocks(tensor, rows)
+        if quantized is not None:
+            blocks[name] = quantized
     if spec.tie_word_embeddings:
         weights.pop("lm_head.weight", None)
+        blocks.pop("lm_head.weight", None)
     spec.validate(weights)
     tok_json = tok_cfg = None
     if with_tokenizer and _field(reader, "tokenizer.ggml.model") is not None:
         from .tokenizer_export import tokenizer_from_gguf
         tok_json, tok_cfg = tokenizer_from_gguf(reader)
     return LoadedModel(spec=spec, weights=weights, tokenizer_json=tok_json,
-                       tokenizer_config=tok_cfg)
+                       tokenizer_config=tok_cfg, blocks=blocks)

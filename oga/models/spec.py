@@ -202,6 +202,9 @@ class LoadedModel:
     weights: dict[str, np.ndarray]   # float32, Hugging Face names and layouts
     tokenizer_json: str | None = None       # tokenizers-package JSON text
     tokenizer_config: dict | None = field(default=None)  # chat_template, bos/eos/pad/unk tokens
+    # Weights the source stores in a block format MatMulNBits holds exactly (GGUF Q4_0 / Q4_1 /
+    # Q8_0), by HF name: oga.models.quantize.BlockQuantized, the same values as `weights`.
+    blocks: dict = field(default_factory=dict)
 
     def validate(self) -> None:
         self.spec.validate(self.weights)

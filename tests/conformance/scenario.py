@@ -90,7 +90,7 @@ def build_model_dirs(root) -> Dict[str, Tuple[str, Optional[str]]]:
             continue
         path = os.path.join(str(root), name)
         if not os.path.exists(os.path.join(path, "genai_config.json")):
-            build(None, path, random_spec=model_spec(), seed=MODEL_SEED, context_length=64, **cfg)
+            build(None, path, random_spec=model_spec(), seed=MODEL_SEED, context_length=64, graph="standard", **cfg)
         if tokenizer is not None and not os.path.exists(os.path.join(path, "tokenizer.json")):
             from tokenizer_fixture import INVALID_UTF8, write_tokenizer
 
@@ -171,7 +171,7 @@ def build_ring_model_dirs(root) -> Dict[str, Tuple[str, Optional[str]]]:
             continue
         if not os.path.exists(os.path.join(path, "genai_config.json")):
             spec = ring_model_spec(cfg.pop("window"), cfg.pop("layers"))
-            build(None, path, random_spec=spec, seed=MODEL_SEED, context_length=64, **cfg)
+            build(None, path, random_spec=spec, seed=MODEL_SEED, context_length=64, graph="standard", **cfg)
         dirs[name] = (path, overlay)
     return dirs
 
@@ -265,7 +265,7 @@ def build_hybrid_model_dirs(root) -> Dict[str, Tuple[str, Optional[str]]]:
         if not os.path.exists(os.path.join(path, "genai_config.json")):
             overrides = {k: cfg.pop(k) for k in ("num_kv_heads", "tie_word_embeddings") if k in cfg}
             spec = hybrid_model_spec(cfg.pop("layer_types"), **overrides)
-            build(None, path, random_spec=spec, seed=MODEL_SEED, context_length=128, **cfg)
+            build(None, path, random_spec=spec, seed=MODEL_SEED, context_length=128, graph="standard", **cfg)
             _edit_genai_config(path, prefix_caching)
         dirs[name] = (path, overlay)
     return dirs

@@ -1,0 +1,216 @@
+"""CPU decoder graph with fused kernels: the paged contract of onnx_cpu.py, few nodes, no gathers.
+
+The inputs, outputs and cache binding are exactly those of the standard-op graph (onnx_cpu.py's
+module docstring): packed input_ids, cumulative_sequence_lengths, past_sequence_lengths,
+block_table (and block_table_windowed), attention_metadata (declared, not read), optional
+logits_indices, caches [num_blocks, block_size, kv_heads, head_dim] whose present_* outputs alias
+the past_* inputs. What differs is inside:
+
+    embeddings   Gather (fp32) or com.microsoft.GatherBlockQuantized (8-bit: a GGUF Q8_0 table as is)
+    per layer    SimplifiedLayerNormalization (first layer) / SkipSimplifiedLayerNormalization
+                 (residual add + RMSNorm in one kernel, the sum passed on as the next residual)
+                 q|k|v projection: one linear (see linear_weights.py: fp32 Gemm or MatMulNBits)
+                 oga.PagedGroupQueryAttention: RoPE, the cache write and attention over the block
+                 table in one kernel that reads the cache blocks in place (ortops/)
+                 o_proj, SkipSimplifiedLayerNormalization, gate|up projection, SiLU(gate) * up,
+                 down_proj
+    head         SkipSimplifiedLayerNormalization, the rows that need logits, LM head
+
+A decode-only step runs no prefill branch (the attention kernel handles each row by its length)
+and gathers nothing: its cost grows with context only by the keys and values it reads.
+
+The graph needs oga's ONNX Runtime operator library (oga.ortops.library_path()): oga's executor
+registers it; onnxruntime-genai 0.18 cannot load this graph (build graph="standard" for that).
+Sliding-window layers pass their window to the attention kernel (ring layers with
+block_table_windowed); hybrid decoders keep their conv / recurrent layers in the standard ops of
+onnx_cpu.py (fp32), with the same fused norms around them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from . import linear_weights as lw
+from . import onnx_cpu as cpu
+from .onnx_cpu import GraphBuilder, _w, rope_inv_freq
+from .spec import DecoderSpec
+
+OGA_DOMAIN = "oga"                   # oga's operators (ortops/register_ops.cpp)
+MS_DOMAIN = lw.MS_DOMAIN
+OPSET = 17
+
+
+def rope_tables(spec: DecoderSpec, length: int):
+    """float32 cos/sin tables [length, head_dim / 2] (HF RoPE with the spec's rope_scaling)."""
+    angles = np.arange(length, dtype=np.float64)[:, None] * rope_inv_freq(spec)[None, :]
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def _norm(g: GraphBuilder, x: str, residual: str | None, weight: str, eps: float, hint: str,
+          offsets: list[str] | None = None):
+    """(RMSNorm(x (+ block offsets) (+ residual)) * weight, that sum) with one oga.SkipRMSNorm."""
+    base = g._unique(hint)
+    out, total = g.op("SkipRMSNorm", [x, residual or "", weight] + (offsets or []), hint,
+                      outputs=[f"{base}/output", f"{base}/sum"], domain=OGA_DOMAIN, epsilon=float(eps))
+    return out, total
+
+
+class _Weights:
+    """The decoder's linears at the build's precision (linear_weights.choose / fuse)."""
+
+    def __init__(self, spec: DecoderSpec, weights, blocks, precision):
+        self.spec, self.weights, self.blocks, self.precision = spec, weights, blocks, precision
+        self.kinds: set[str] = set()      # forms chosen so far ("fp32", "int4", "int8")
+
+    def linear(self, name: str, bits: int | None = None) -> lw.Linear:
+        chosen = lw.choose(name, _w(self.weights, name), self.blocks, self.precision, bits)
+        self.kinds.add(chosen.kind)
+        return chosen
+
+    def fused(self, name: str, parts: list[str]) -> list[lw.Linear]:
+        return lw.fuse(name, [self.linear(p) for p in parts])
+
+
+def _attention(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, w: _Weights, accuracy: int,
+               cos: str, sin: str, ring: bool):
+    """The attention block; returns (o_proj output, its pending block offsets or None)."""
+    p = f"model.layers.{layer}.self_attn."
+    projections = w.fused(p + "qkv_proj.weight", [p + "q_proj.weight", p + "k_proj.weight", p + "v_proj.weight"])
+    biases = [None] * len(projections)
+    if spec.qkv_bias:
+        parts = [_w(w.weights, p + n) for n in ("q_proj.bias", "k_proj.bias", "v_proj.bias")]
+        if len(projections) == 1:
+            parts = [np.concatenate(parts)]
+        biases = [g.initializer(f"{proj.name}.bias", b) for proj, b in zip(projections, parts)]
+    offsets = []
+    if len(projections) == 1:
+        qkv, offsets = lw.emit_matmul(g, h, projections[0], accuracy, "qkv_proj")
+        if biases[0] is not None:
+            qkv = g.op("Add", [qkv, biases[0]], "qkv_proj/bias")
+        qkv = [qkv, "", ""]
+    else:   # q, k, v in different forms (e.g. a GGUF mixing Q4_1 and Q8_0): three linears
+        qkv = [lw.emit(g, h, proj, accuracy, proj.name.rsplit(".", 2)[-2], bias=b)
+               for proj, b in zip(projections, biases)]
+    window = int(spec.sliding_window) if spec.windowed(layer) else -1
+    table = cpu.BLOCK_TABLE_WINDOWED if ring else cpu.BLOCK_TABLE
+    attn = g.op("PagedGroupQueryAttention",
+                qkv + [cpu.PAST_KEY % layer, cpu.PAST_VALUE % layer, table, cpu.CU_SEQLENS, cpu.PAST_SEQLENS, cos, sin]
+                + (offsets or []),
+                "PagedGroupQueryAttention", outputs=[g._unique("attention"), cpu.PRESENT_KEY % layer,
+                                                     cpu.PRESENT_VALUE % layer],
+                domain=OGA_DOMAIN, num_heads=spec.num_heads, kv_num_heads=spec.num_kv_heads,
+                scale=float(1.0 / np.sqrt(spec.head_dim)), do_rotary=1, rotary_interleaved=0,
+                local_window_size=window)[0]
+    return lw.emit_matmul(g, attn, w.linear(p + "o_proj.weight"), accuracy, "o_proj")
+
+
+def _mlp(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, w: _Weights, accuracy: int):
+    """The MLP; returns (down_proj output, its pending block offsets or None)."""
+    p = f"model.layers.{layer}.mlp."
+    projections = w.fused(p + "gate_up_proj.weight", [p + "gate_proj.weight", p + "up_proj.weight"])
+    if len(projections) == 1:
+        gate_up, offsets = lw.emit_matmul(g, h, projections[0], accuracy, "gate_up_proj")
+        act = g.op("SwiGlu", [gate_up] + (offsets or []), "SwiGlu", domain=OGA_DOMAIN)
+    else:
+        gate, up = (lw.emit(g, h, proj, accuracy, hint) for proj, hint in zip(projections, ("gate_proj", "up_proj")))
+        act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate], "silu/Sigmoid")], "silu/Mul"), up], "swiglu")
+    return lw.emit_matmul(g, act, w.linear(p + "down_proj.weight"), accuracy, "down_proj")
+
+
+def _embeddings(g: GraphBuilder, spec: DecoderSpec, w: _Weights) -> str:
+    name = "model.embed_tokens.weight"
+    table = w.blocks.get(name)
+    if w.precision != "fp32" and table is not None and table.bits == 8 and table.zero_points is None:
+        # the 8-bit table as is (GGUF Q8_0): codes [vocab, hidden], one scale per block of 32
+        return g.op("GatherBlockQuantized",
+                    [g.initializer(name + ".codes", table.codes.reshape(table.n, table.k)), cpu.INPUT_IDS,
+                     g.initializer(name + ".scales", np.ascontiguousarray(table.scales))],
+                    "embed_tokens/GatherBlockQuantized", domain=MS_DOMAIN, gather_axis=0, quantize_axis=1,
+                    block_size=table.block_size, bits=8)
+    return g.op("Gather", [g.initializer(name, _w(w.weights, name)), cpu.INPUT_IDS], "embed_tokens/Gather", axis=0)
+
+
+def _lm_head(g: GraphBuilder, spec: DecoderSpec, x: str, offsets, residual: str, w: _Weights, accuracy: int,
+             per_token_logits: bool, logits_indices: bool):
+    g.scope = "lm_head"
+    if logits_indices:
+        rows = cpu.LOGITS_INDICES
+    elif not per_token_logits:
+        rows = g.op("Sub", [g.op("Slice", [cpu.CU_SEQLENS, g.const([1]), g.const([2**62])]), g.const(1, np.int32)],
+                    "last_tokens")
+    else:
+        rows = None
+    if rows is not None:
+        x = g.op("Gather", [x, rows], "select_rows/x", axis=0)
+        residual = g.op("Gather", [residual, rows], "select_rows/residual", axis=0)
+        if offsets:
+            offsets = [g.op("Gather", [offsets[0], rows], "select_rows/offset_input", axis=0), offsets[1]]
+    norm = g.initializer("model.norm.weight", _w(w.weights, "model.norm.weight"))
+    normed, _ = _norm(g, x, residual, norm, spec.rms_norm_eps, "norm", offsets)
+    head_name = "model.embed_tokens.weight" if spec.tie_word_embeddings else "lm_head.weight"
+    head = w.linear(head_name, bits=None if w.precision is None else 8)
+    if head.quantized is None and spec.tie_word_embeddings and g_has(g, head_name):
+        # a float tied head shares the embedding's initializer
+        g.op("Gemm", [normed, head_name], "lm_head", outputs=[cpu.LOGITS], transB=1)
+        return
+    head.name = "lm_head.weight"
+    lw.emit(g, normed, head, accuracy, "lm_head", output=cpu.LOGITS)
+
+
+def g_has(g: GraphBuilder, name: str) -> bool:
+    return any(t.name == name for t in g.initializers)
+
+
+def build_cpu_fused_graph(spec: DecoderSpec, weights, *, blocks=None, precision=None,
+                          accuracy_level: int = lw.DEFAULT_ACCURACY_LEVEL, block_size: int = 16,
+                          context_length: int, per_token_logits: bool = False, logits_indices: bool = False,
+                          state_capture: bool | None = None):
+    """The fused paged decoder as an in-memory ModelProto (see the module docstring). `blocks`: the
+    source's exact block-quantized weights (LoadedModel.blocks); `precision` as in
+    linear_weights.py; `context_length` sizes the RoPE tables."""
+    spec.check()
+    lw.check_precision(precision)
+    lw.check_accuracy_level(accuracy_level)
+    if block_size <= 0:
+        raise ValueError(f"block_size must be > 0, got {block_size}")
+    capture = cpu.default_state_capture(spec, per_token_logits, state_capture)
+    g = GraphBuilder()
+    cpu.declare_io(g, spec, block_size, TensorProto.FLOAT, TensorProto.FLOAT, per_token_logits, logits_indices,
+                   state_capture=capture)
+    w = _Weights(spec, weights, blocks or {}, precision)
+    cos_table, sin_table = rope_tables(spec, int(context_length))
+    cos = g.initializer("rotary/cos_cache", cos_table)
+    sin = g.initializer("rotary/sin_cache", sin_table)
+    ring = set(spec.ring_layers())
+    fixed = cpu._fixed_indices(g) if spec.hybrid() else None
+
+    g.scope = ""
+    # The residual stream is carried as (pending sub-layer output x, its block offsets, the residual
+    # before x is added): every norm adds them in one oga.SkipRMSNorm.
+    x, offsets, residual = _embeddings(g, spec, w), None, None
+    for i in range(spec.num_layers):
+        p = f"model.layers.{i}."
+        kind = spec.layer_type(i)
+        g.scope = f"layers.{i}/" + {"attention": "attn", "conv": "conv", "recurrent": "recurrent"}[kind]
+        ln1 = g.initializer(p + "input_layernorm.weight", _w(weights, p + "input_layernorm.weight"))
+        h, residual = _norm(g, x, residual, ln1, spec.rms_norm_eps, "input_layernorm", offsets)
+        if kind == "conv":
+            x, offsets = cpu._conv_layer(g, spec, i, h, fixed, weights, capture=capture), None
+        elif kind == "recurrent":
+            x, offsets = cpu._recurrent_layer(g, spec, i, h, fixed, weights, capture=capture), None
+        else:
+            x, offsets = _attention(g, spec, i, h, w, accuracy_level, cos, sin, ring=i in ring)
+        g.scope = f"layers.{i}/mlp"
+        ln2 = g.initializer(p + "post_attention_layernorm.weight", _w(weights, p + "post_attention_layernorm.weight"))
+        h, residual = _norm(g, x, residual, ln2, spec.rms_norm_eps, "post_attention_layernorm", offsets)
+        x, offsets = _mlp(g, spec, i, h, w, accuracy_level)
+    _lm_head(g, spec, x, offsets, residual, w, accuracy_level, per_token_logits, logits_indices)
+    doc = (f"oga.models fused CPU paged decoder ({spec.architecture}, block_size {block_size}, "
+           f"linear weights {'/'.join(sorted(w.kinds))}, accuracy_level {accuracy_level}")
+    if ring:
+        doc += f", sliding-window ring layers {sorted(ring)} of window {spec.sliding_window}"
+    if spec.hybrid():
+        doc += f", layer types {list(spec.layer_types)}"
+    return g.model("oga_paged_decoder_cpu_fused", [("", OPSET), (MS_DOMAIN, 1), (OGA_DOMAIN, 1)], doc=doc + ")")
+

@@ -1,0 +1,176 @@
+#include "op_kernel.h"
+
+#include <sstream>
+
+namespace ortops {
+
+using namespace ortapi;
+
+namespace {
+
+template <typename Fn>
+Fn Api(const OrtApi* api, Slot slot) {
+  return Entry<Fn>(api, slot);
+}
+
+}  // namespace
+
+void CheckStatus(const OrtApi* api, OrtStatus* status, const char* what) {
+  if (status == nullptr) return;
+  std::string message = std::string(what) + ": " + Api<const char* (*)(const OrtStatus*)>(api, kGetErrorMessage)(status);
+  int code = Api<int (*)(const OrtStatus*)>(api, kGetErrorCode)(status);
+  Api<void (*)(OrtStatus*)>(api, kReleaseStatus)(status);
+  throw OpError(message, code == kInvalidArgument ? kInvalidArgument : kFail);
+}
+
+const char* ElementTypeName(ElementType type) {
+  switch (type) {
+    case kFloat: return "float32";
+    case kUint8: return "uint8";
+    case kInt8: return "int8";
+    case kInt32: return "int32";
+    case kInt64: return "int64";
+    case kFloat16: return "float16";
+    case kUndefined: return "absent";
+    default: return "another type";
+  }
+}
+
+int64_t Tensor::elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string Tensor::ShapeText() const {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << "]";
+  return out.str();
+}
+
+void RequireTensor(const Tensor& t, const char* name, ElementType type, size_t rank) {
+  if (!t.present()) throw OpError(std::string(name) + " is required");
+  if (t.type != type)
+    throw OpError(std::string(name) + " must be " + ElementTypeName(type) + ", got " + ElementTypeName(t.type));
+  if (t.rank() != rank)
+    throw OpError(std::string(name) + " must have rank " + std::to_string(rank) + ", got shape " + t.ShapeText());
+}
+
+// ---- KernelInfo ---------------------------------------------------------------------------------
+
+bool KernelInfo::TryInt(const char* name, int64_t* out) const {
+  OrtStatus* status = Api<OrtStatus* (*)(const OrtKernelInfo*, const char*, int64_t*)>(
+      api_, kKernelInfoGetAttributeInt64)(info_, name, out);
+  if (status == nullptr) return true;
+  Api<void (*)(OrtStatus*)>(api_, kReleaseStatus)(status);
+  return false;
+}
+
+int64_t KernelInfo::Int(const char* name) const {
+  int64_t value = 0;
+  if (!TryInt(name, &value)) throw OpError(std::string("the integer attribute '") + name + "' is required");
+  return value;
+}
+
+int64_t KernelInfo::Int(const char* name, int64_t fallback) const {
+  int64_t value = 0;
+  return TryInt(name, &value) ? value : fallback;
+}
+
+float KernelInfo::Float(const char* name, float fallback) const {
+  float value = 0;
+  OrtStatus* status = Api<OrtStatus* (*)(const OrtKernelInfo*, const char*, float*)>(
+      api_, kKernelInfoGetAttributeFloat)(info_, name, &value);
+  if (status == nullptr) return value;
+  Api<void (*)(OrtStatus*)>(api_, kReleaseStatus)(status);
+  return fallback;
+}
+
+std::string KernelInfo::NodeName() const {
+  auto get = Api<OrtStatus* (*)(const OrtKernelInfo*, char*, size_t*)>(api_, kKernelInfoGetNodeName);
+  size_t size = 0;
+  CheckStatus(api_, get(info_, nullptr, &size), "KernelInfo_GetNodeName");
+  std::string name(size, '\0');
+  CheckStatus(api_, get(info_, &name[0], &size), "KernelInfo_GetNodeName");
+  while (!name.empty() && name.back() == '\0') name.pop_back();
+  return name;
+}
+
+// ---- KernelCall ---------------------------------------------------------------------------------
+
+namespace {
+
+Tensor Describe(const OrtApi* api, OrtValue* value) {
+  Tensor t;
+  OrtTensorTypeAndShapeInfo* info = nullptr;
+  CheckStatus(api, Api<OrtStatus* (*)(const OrtValue*, OrtTensorTypeAndShapeInfo**)>(api, kGetTensorTypeAndShape)(
+                       value, &info),
+              "GetTensorTypeAndShape");
+  auto release = Api<void (*)(OrtTensorTypeAndShapeInfo*)>(api, kReleaseTensorTypeAndShapeInfo);
+  try {
+    int type = 0;
+    size_t rank = 0;
+    CheckStatus(api, Api<OrtStatus* (*)(const OrtTensorTypeAndShapeInfo*, int*)>(api, kGetTensorElementType)(
+                         info, &type),
+                "GetTensorElementType");
+    CheckStatus(api, Api<OrtStatus* (*)(const OrtTensorTypeAndShapeInfo*, size_t*)>(api, kGetDimensionsCount)(
+                         info, &rank),
+                "GetDimensionsCount");
+    t.shape.resize(rank);
+    CheckStatus(api, Api<OrtStatus* (*)(const OrtTensorTypeAndShapeInfo*, int64_t*, size_t)>(api, kGetDimensions)(
+                         info, t.shape.data(), rank),
+                "GetDimensions");
+    t.type = static_cast<ElementType>(type);
+  } catch (...) {
+    release(info);
+    throw;
+  }
+  release(info);
+  CheckStatus(api, Api<OrtStatus* (*)(OrtValue*, void**)>(api, kGetTensorMutableData)(value, &t.data),
+              "GetTensorMutableData");
+  return t;
+}
+
+}  // namespace
+
+size_t KernelCall::InputCount() const {
+  size_t count = 0;
+  CheckStatus(api_, Api<OrtStatus* (*)(const OrtKernelContext*, size_t*)>(api_, kKernelContextGetInputCount)(
+                        context_, &count),
+              "KernelContext_GetInputCount");
+  return count;
+}
+
+Tensor KernelCall::Input(size_t index) const {
+  if (index >= InputCount()) return Tensor{};
+  const OrtValue* value = nullptr;
+  CheckStatus(api_, Api<OrtStatus* (*)(const OrtKernelContext*, size_t, const OrtValue**)>(
+                        api_, kKernelContextGetInput)(context_, index, &value),
+              "KernelContext_GetInput");
+  if (value == nullptr) return Tensor{};
+  return Describe(api_, const_cast<OrtValue*>(value));
+}
+
+Tensor KernelCall::Output(size_t index, const std::vector<int64_t>& shape) {
+  OrtValue* value = nullptr;
+  CheckStatus(api_, Api<OrtStatus* (*)(OrtKernelContext*, size_t, const int64_t*, size_t, OrtValue**)>(
+                        api_, kKernelContextGetOutput)(context_, index, shape.data(), shape.size(), &value),
+              "KernelContext_GetOutput");
+  if (value == nullptr) throw OpError("output " + std::to_string(index) + " is not available", kFail);
+  return Describe(api_, value);
+}
+
+void KernelCall::RunParallel(size_t count, void (*body)(void*, size_t), void* state) {
+  if (count == 0) return;
+  if (count == 1) {
+    body(state, 0);
+    return;
+  }
+  CheckStatus(api_, Api<OrtStatus* (*)(const OrtKernelContext*, void (*)(void*, size_t), size_t, size_t, void*)>(
+                        api_, kKernelContextParallelFor)(context_, body, count, 0, state),
+              "KernelContext_ParallelFor");
+}
+
+}  // namespace ortops

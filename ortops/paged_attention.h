@@ -1,0 +1,70 @@
+/*
+ * paged_attention.h -- oga.PagedGroupQueryAttention: rotary embedding, the cache write and grouped-query
+ * attention over a paged KV cache, in one CPU operator that reads the cache blocks in place.
+ *
+ * It takes the step in OGA's paged layout (the same inputs a paged decoder graph has):
+ *
+ *   0 query          float [N, Hq*D], or [N, (Hq + 2*Hkv)*D] packed q|k|v when key/value are absent
+ *   1 key            float [N, Hkv*D] (optional)
+ *   2 value          float [N, Hkv*D] (optional)
+ *   3 key_cache      float [num_blocks, block_size, Hkv, D]
+ *   4 value_cache    float [num_blocks, block_size, Hkv, D]
+ *   5 block_table    int32 [B, max_blocks]: position p of row r lives in block block_table[r][p / block_size],
+ *                    slot p % block_size
+ *   6 cumulative_sequence_lengths  int32 [B + 1]: row r owns packed tokens cu[r] .. cu[r+1]-1
+ *   7 past_sequence_lengths        int32 [B]: positions already in the cache per row
+ *   8 cos_cache      float [max_positions, R/2] (with do_rotary: R = rotary dims, R <= D)
+ *   9 sin_cache      float [max_positions, R/2]
+ *  10 offset_input   float [N, k]       (optional, packed query only: the q|k|v projection's block
+ *  11 offset_weights float16 [k/32, W]   offsets, see block_offsets.h)
+ *
+ *   0 output         float [N, Hq*D]
+ *   1 present_key    float, the key cache's shape: the cache after this step's writes
+ *   2 present_value
+ *
+ * Attributes: num_heads (Hq), kv_num_heads (Hkv; Hq a multiple of it), scale (default 1/sqrt(D)),
+ * do_rotary (0/1), rotary_interleaved (0: rotate halves, as Hugging Face Llama; 1: rotate pairs),
+ * local_window_size (-1: none; W > 0: a query at p sees keys p-W < k <= p).
+ *
+ * Token t of row r is at position p = past[r] + (t - cu[r]). Its (rotated) key and its value are
+ * written to the cache first; then it attends to positions 0..p of its row (the window's part of
+ * them), which are all in the cache: earlier steps wrote them, this step wrote the rest. Nothing
+ * is gathered or copied per step: keys and values are read where they are. Bind present_* to the
+ * same memory as key_cache / value_cache (as OGA's engines do) and the cache is updated in place;
+ * given distinct buffers, the operator first copies the whole cache into the output (correct, but
+ * a copy per step).
+ *
+ * Work is spread over ONNX Runtime's intra-op threads in units, longest first: a decoding row's
+ * keys in chunks (partial softmax sums merged afterwards), a prefilling row's queries in tiles of
+ * 16 tokens per kv head.
+ */
+#ifndef OGA_ORTOPS_PAGED_ATTENTION_H_
+#define OGA_ORTOPS_PAGED_ATTENTION_H_
+
+#include "op_kernel.h"
+
+namespace ortops {
+
+class PagedGroupQueryAttention {
+ public:
+  static constexpr const char* kName = "PagedGroupQueryAttention";
+  static const InputSpec kInputs[];
+  static constexpr size_t kNumInputs = 12;
+  static const OutputSpec kOutputs[];
+  static constexpr size_t kNumOutputs = 3;
+
+  explicit PagedGroupQueryAttention(const KernelInfo& info);
+  void Compute(KernelCall& call);
+
+ private:
+  int num_heads_;
+  int kv_num_heads_;
+  float scale_;  // 0: 1/sqrt(head_dim)
+  bool do_rotary_;
+  bool rotary_interleaved_;
+  int window_;  // 0: none
+};
+
+}  // namespace ortops
+
+#endif  // OGA_ORTOPS_PAGED_ATTENTION_H_

@@ -1,0 +1,330 @@
+"""oga's ONNX Runtime operators (ortops/, loaded as oga.ortops): each one in a one-node ONNX Runtime
+session against numpy written from the definitions, with the AVX2 loops and with the portable ones,
+plus the errors they report and the in-place cache contract."""
+import os
+import zlib
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from oga import ortops
+
+
+@pytest.fixture(params=["vector", "portable"])
+def math(request):
+    """Runs the test with the CPU's vector loops, then with the portable ones forced."""
+    lib = ortops.library()
+    lib.OgaOrtOpsSetPortable(1 if request.param == "portable" else 0)
+    yield ortops.math_kind()
+    lib.OgaOrtOpsSetPortable(0)
+
+
+def _cpu_has_avx2():
+    try:
+        flags = open("/proc/cpuinfo").read().split()
+    except OSError:
+        return False
+    return {"avx2", "fma", "f16c"} <= set(flags)
+
+
+def _session(nodes, inputs, outputs, initializers=(), threads=2):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("oga", 1)])
+    model.ir_version = 8
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    ortops.register(options)
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _value(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def test_the_library_registers_the_oga_domain_and_picks_its_loops():
+    lib = ortops.library()
+    assert lib.OgaOrtOpsDomain() == b"oga" == ortops.DOMAIN.encode()
+    assert lib.OgaOrtOpsApiVersion() == 17
+    assert ortops.math_kind() == ("avx2" if _cpu_has_avx2() else "portable")
+    assert os.path.isfile(ortops.library_path())
+
+
+# ------------------------------------------------------------------------------------------------
+# PagedGroupQueryAttention
+
+def _attention_session(heads, kv_heads, head_dim, block_size, packed=True, rotary=True, window=-1, interleaved=0,
+                       offsets=False, threads=2, name="attention", fixed_cache_shape=True):
+    inputs = [_value("query", TensorProto.FLOAT, ["N", "W"])]
+    names = ["query", "", ""]
+    if not packed:
+        inputs += [_value("key", TensorProto.FLOAT, ["N", kv_heads * head_dim]),
+                   _value("value", TensorProto.FLOAT, ["N", kv_heads * head_dim])]
+        names = ["query", "key", "value"]
+    cache = ["blocks", block_size, kv_heads, head_dim] if fixed_cache_shape else ["blocks", "size", "heads", "dim"]
+    inputs += [_value(n, TensorProto.FLOAT, cache) for n in ("kc", "vc")]
+    inputs += [_value("table", TensorProto.INT32, ["B", "M"]), _value("cu", TensorProto.INT32, ["B1"]),
+               _value("past", TensorProto.INT32, ["B"])]
+    names += ["kc", "vc", "table", "cu", "past"]
+    if rotary or offsets:
+        inputs += [_value("cos", TensorProto.FLOAT, ["P", "R"]), _value("sin", TensorProto.FLOAT, ["P", "R"])]
+        names += ["cos", "sin"] if rotary else ["", ""]
+    if offsets:
+        inputs += [_value("offset_input", TensorProto.FLOAT, ["N", "K"]),
+                   _value("offset_weights", TensorProto.FLOAT16, ["KB", "W"])]
+        names += ["offset_input", "offset_weights"]
+    node = helper.make_node("PagedGroupQueryAttention", names, ["out", "pk", "pv"], name=name, domain="oga",
+                            num_heads=heads, kv_num_heads=kv_heads, do_rotary=int(rotary),
+                            local_window_size=window, rotary_interleaved=interleaved)
+    outputs = [_value("out", TensorProto.FLOAT, ["N", heads * head_dim])] + [
+        _value(n, TensorProto.FLOAT, cache) for n in ("pk", "pv")]
+    return _session([node], inputs, outputs, threads=threads)
+
+
+def _rope(x, positions, cos, sin, interleaved):
+    half = cos.shape[1]
+    c, s = cos[positions][:, None, :], sin[positions][:, None, :]
+    x = x.copy()
+    if interleaved:
+        a, b = x[..., 0:2 * half:2].copy(), x[..., 1:2 * half:2].copy()
+        x[..., 0:2 * half:2], x[..., 1:2 * half:2] = a * c - b * s, b * c + a * s
+    else:
+        a, b = x[..., :half].copy(), x[..., half:2 * half].copy()
+        x[..., :half], x[..., half:2 * half] = a * c - b * s, b * c + a * s
+    return x
+
+
+def _attention_reference(q, k, v, key_cache, value_cache, table, cu, past, cos, sin, heads, kv_heads, window,
+                         interleaved):
+    """Token t of row r at position p = past[r] + t - cu[r] writes its (rotated) key and value to
+    block table[r][p // block_size], slot p % block_size, then attends to positions 0..p of its row
+    (the last `window` of them when windowed), in float64."""
+    key_cache, value_cache = key_cache.copy(), value_cache.copy()
+    block_size, D = key_cache.shape[1], key_cache.shape[3]
+    group = heads // kv_heads
+    n = q.shape[0]
+    q = q.reshape(n, heads, D).astype(np.float64)
+    k, v = k.reshape(n, kv_heads, D), v.reshape(n, kv_heads, D)
+    row_of = np.repeat(np.arange(len(past)), np.diff(cu))
+    positions = past[row_of] + np.arange(n) - cu[row_of]
+    if cos is not None:
+        q, k = _rope(q, positions, cos, sin, interleaved), _rope(k, positions, cos, sin, interleaved)
+    for t in range(n):
+        r, p = row_of[t], positions[t]
+        key_cache[table[r, p // block_size], p % block_size] = k[t]
+        value_cache[table[r, p // block_size], p % block_size] = v[t]
+    out = np.zeros((n, heads, D))
+    for t in range(n):
+        r, p = row_of[t], positions[t]
+        seen = np.arange(max(0, p - window + 1) if window > 0 else 0, p + 1)
+        keys = np.stack([key_cache[table[r, x // block_size], x % block_size] for x in seen]).astype(np.float64)
+        values = np.stack([value_cache[table[r, x // block_size], x % block_size] for x in seen]).astype(np.float64)
+        for h in range(heads):
+            scores = keys[:, h // group] @ q[t, h] / np.sqrt(D)
+            weights = np.exp(scores - scores.max())
+            out[t, h] = (weights / weights.sum()) @ values[:, h // group]
+    return out.reshape(n, heads * D), key_cache, value_cache
+
+
+def _attention_case(rng, heads, kv_heads, D, block_size, query_lengths, pasts, packed=True, rotary=True, window=-1,
+                    interleaved=0, alias=True, offsets=False, threads=2):
+    session = _attention_session(heads, kv_heads, D, block_size, packed, rotary, window, interleaved, offsets,
+                                 threads)
+    cu = np.concatenate([[0], np.cumsum(query_lengths)]).astype(np.int32)
+    n = int(cu[-1])
+    past = np.asarray(pasts, np.int32)
+    columns = max(-(-(p + q) // block_size) for p, q in zip(pasts, query_lengths)) + 1
+    num_blocks = len(pasts) * columns + 3
+    table = rng.permutation(num_blocks)[:len(pasts) * columns].reshape(len(pasts), columns).astype(np.int32)
+    key_cache = rng.standard_normal((num_blocks, block_size, kv_heads, D)).astype(np.float32)
+    value_cache = rng.standard_normal((num_blocks, block_size, kv_heads, D)).astype(np.float32)
+    q = rng.standard_normal((n, heads * D)).astype(np.float32)
+    k = rng.standard_normal((n, kv_heads * D)).astype(np.float32)
+    v = rng.standard_normal((n, kv_heads * D)).astype(np.float32)
+    positions = max(p + q for p, q in zip(pasts, query_lengths)) + 5
+    angles = np.arange(positions)[:, None] / 10000.0 ** (np.arange(0, D, 2) / D)[None, :]
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    feeds = {"table": table, "cu": cu, "past": past}
+    if packed:
+        feeds["query"] = np.concatenate([q, k, v], axis=1)
+    else:
+        feeds.update(query=q, key=k, value=v)
+    if rotary or offsets:
+        feeds.update(cos=cos, sin=sin)
+    if offsets:
+        width = (heads + 2 * kv_heads) * D
+        x = rng.standard_normal((n, 64)).astype(np.float32)
+        weights = rng.standard_normal((2, width)).astype(np.float16)
+        feeds.update(offset_input=x, offset_weights=weights)
+        corrected = feeds["query"] + x.reshape(n, 2, 32).sum(axis=2) @ weights.astype(np.float32)
+        q, k, v = np.split(corrected, [heads * D, (heads + kv_heads) * D], axis=1)
+    expected, expected_k, expected_v = _attention_reference(
+        q, k, v, key_cache, value_cache, table, cu, past, cos if rotary else None, sin, heads, kv_heads, window,
+        interleaved)
+    kc, vc = key_cache.copy(), value_cache.copy()
+    binding = session.io_binding()
+    for name, array in feeds.items():
+        binding.bind_cpu_input(name, array)
+    binding.bind_cpu_input("kc", kc)
+    binding.bind_cpu_input("vc", vc)
+    out = np.zeros((n, heads * D), np.float32)
+    binding.bind_output("out", "cpu", 0, np.float32, list(out.shape), out.ctypes.data)
+    copies = ortops.cache_copies()
+    if alias:
+        binding.bind_output("pk", "cpu", 0, np.float32, list(kc.shape), kc.ctypes.data)
+        binding.bind_output("pv", "cpu", 0, np.float32, list(vc.shape), vc.ctypes.data)
+        session.run_with_iobinding(binding)
+        present_k, present_v = kc, vc
+        assert ortops.cache_copies() == copies                # updated in place
+    else:
+        binding.bind_output("pk")
+        binding.bind_output("pv")
+        session.run_with_iobinding(binding)
+        _, present_k, present_v = [o.numpy() for o in binding.get_outputs()]
+        assert np.array_equal(kc, key_cache) and np.array_equal(vc, value_cache)   # inputs untouched
+        assert ortops.cache_copies() == copies + 2            # a whole-cache copy each, and counted
+    assert np.abs(out - expected).max() < 2e-4
+    assert np.abs(present_k - expected_k).max() < 1e-5
+    if offsets:   # the corrected values are summed in another order than numpy's
+        assert np.abs(present_v - expected_v).max() < 1e-5
+    else:         # values are copied as they are
+        assert np.array_equal(present_v, expected_v)
+
+
+ATTENTION_CASES = {
+    "one-token": dict(heads=9, kv_heads=3, D=64, block_size=16, query_lengths=[1], pasts=[0]),
+    "decodes": dict(heads=9, kv_heads=3, D=64, block_size=16, query_lengths=[1, 1, 1], pasts=[5, 100, 600]),
+    "prefill": dict(heads=9, kv_heads=3, D=64, block_size=16, query_lengths=[37], pasts=[0]),
+    "mixed": dict(heads=9, kv_heads=3, D=64, block_size=16, query_lengths=[5, 1, 20, 1], pasts=[30, 300, 17, 0]),
+    # one decoding row over several key chunks (partial sums merged) beside a long prefill
+    "long-decode": dict(heads=6, kv_heads=3, D=64, block_size=16, query_lengths=[1, 40, 1], pasts=[2000, 10, 700]),
+    "separate-kv": dict(heads=4, kv_heads=2, D=16, block_size=4, query_lengths=[3, 1, 9], pasts=[2, 7, 0],
+                        packed=False),
+    "head-dim-12": dict(heads=4, kv_heads=4, D=12, block_size=5, query_lengths=[3, 1, 9], pasts=[2, 7, 0]),
+    "group-8-heads-16": dict(heads=16, kv_heads=2, D=32, block_size=8, query_lengths=[1, 17], pasts=[90, 3]),
+    "window": dict(heads=8, kv_heads=2, D=32, block_size=8, query_lengths=[7, 1, 19], pasts=[40, 90, 3], window=10),
+    "window-long": dict(heads=6, kv_heads=3, D=64, block_size=16, query_lengths=[1, 30], pasts=[2000, 700],
+                        window=300),
+    "interleaved-rotary": dict(heads=8, kv_heads=2, D=32, block_size=8, query_lengths=[7, 1], pasts=[40, 90],
+                               interleaved=1),
+    "no-rotary": dict(heads=8, kv_heads=2, D=32, block_size=8, query_lengths=[7, 1, 19], pasts=[40, 90, 3],
+                      rotary=False),
+    "block-offsets": dict(heads=9, kv_heads=3, D=64, block_size=16, query_lengths=[5, 1], pasts=[30, 300],
+                          offsets=True),
+    "one-thread": dict(heads=9, kv_heads=3, D=64, block_size=16, query_lengths=[5, 1, 20], pasts=[30, 900, 17],
+                       threads=1),
+}
+
+
+@pytest.mark.parametrize("case", list(ATTENTION_CASES))
+def test_attention_matches_the_reference(math, case):
+    _attention_case(np.random.default_rng(zlib.crc32(case.encode())), **ATTENTION_CASES[case])
+
+
+def test_attention_copies_the_cache_when_present_is_not_bound_to_past():
+    _attention_case(np.random.default_rng(1), 9, 3, 64, 16, [5, 1], [30, 300], alias=False)
+
+
+def _run_attention(session, **feeds):
+    return session.run(None, feeds)
+
+
+def test_attention_errors_name_the_node_and_the_tensor():
+    session = _attention_session(4, 2, 8, 4, name="layer3/attention", fixed_cache_shape=False)
+    base = dict(query=np.zeros((3, 64), np.float32), kc=np.zeros((6, 4, 2, 8), np.float32),
+                vc=np.zeros((6, 4, 2, 8), np.float32), table=np.array([[0, 1]], np.int32),
+                cu=np.array([0, 3], np.int32), past=np.array([2], np.int32),
+                cos=np.ones((16, 4), np.float32), sin=np.zeros((16, 4), np.float32))
+    assert np.isfinite(_run_attention(session, **base)[0]).all()
+
+    def fails(match, **changes):
+        with pytest.raises(Exception, match=r"oga\.PagedGroupQueryAttention node 'layer3/attention': " + match):
+            _run_attention(session, **{**base, **changes})
+
+    fails(r"a packed query \[3, 60\] must be \[num_tokens, 64\]", query=np.zeros((3, 60), np.float32))
+    fails(r"block_table\[0\]\[1\] = 6 is not a block of the 6-block cache", table=np.array([[0, 6]], np.int32))
+    fails(r"row 0 reaches position 8, past its block_table's 2 columns", past=np.array([6], np.int32))
+    fails(r"cumulative_sequence_lengths must end at num_tokens \(3\), got 2", cu=np.array([0, 2], np.int32))
+    fails(r"past_sequence_lengths\[0\] is negative", past=np.array([-1], np.int32))
+    fails(r"position 16 is past the 16 positions of cos_cache", past=np.array([14], np.int32),
+          table=np.array([[0, 1, 2, 3, 4]], np.int32))
+    fails(r"key_cache \[6, 4, 3, 8\] must have kv_num_heads \(2\) heads", kc=np.zeros((6, 4, 3, 8), np.float32),
+          vc=np.zeros((6, 4, 3, 8), np.float32))
+    fails(r"key_cache \[6, 4, 2, 8\] and value_cache \[5, 4, 2, 8\] differ", vc=np.zeros((5, 4, 2, 8), np.float32))
+    with pytest.raises(Exception, match=r"oga\.PagedGroupQueryAttention node 'bad': num_heads \(3\) must be a "
+                                        r"positive multiple of kv_num_heads \(2\)"):
+        _attention_session(3, 2, 8, 4, name="bad")
+    with pytest.raises(Exception, match=r"local_window_size must be -1 \(none\) or positive, got 0"):
+        _attention_session(4, 2, 8, 4, window=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# SkipRMSNorm and SwiGlu
+
+def _block_offsets(x, weights):
+    return x.reshape(x.shape[0], -1, 32).sum(axis=2).astype(np.float64) @ weights.astype(np.float64)
+
+
+@pytest.mark.parametrize("skip, offsets", [(True, False), (False, False), (True, True)])
+@pytest.mark.parametrize("rows, width", [(1, 576), (37, 100), (3, 7)])
+def test_skip_rms_norm_matches_the_reference(math, rows, width, skip, offsets):
+    rng = np.random.default_rng(rows * width)
+    names = ["x", "skip" if skip else "", "gamma"] + (["oi", "ow"] if offsets else [])
+    inputs = [_value("x", TensorProto.FLOAT, [rows, width]), _value("gamma", TensorProto.FLOAT, [width])]
+    feeds = {"x": rng.standard_normal((rows, width)).astype(np.float32),
+             "gamma": rng.standard_normal(width).astype(np.float32)}
+    total = feeds["x"].astype(np.float64)
+    if skip:
+        inputs.append(_value("skip", TensorProto.FLOAT, [rows, width]))
+        feeds["skip"] = rng.standard_normal((rows, width)).astype(np.float32)
+        total = total + feeds["skip"]
+    if offsets:
+        inputs += [_value("oi", TensorProto.FLOAT, [rows, 96]), _value("ow", TensorProto.FLOAT16, [3, width])]
+        feeds["oi"] = rng.standard_normal((rows, 96)).astype(np.float32)
+        feeds["ow"] = rng.standard_normal((3, width)).astype(np.float16)
+        total = total + _block_offsets(feeds["oi"], feeds["ow"])
+    node = helper.make_node("SkipRMSNorm", names, ["y", "sum"], domain="oga", epsilon=1e-5)
+    session = _session([node], inputs, [_value("y", TensorProto.FLOAT, [rows, width]),
+                                        _value("sum", TensorProto.FLOAT, [rows, width])])
+    y, got_total = session.run(None, feeds)
+    expected = total / np.sqrt((total ** 2).mean(axis=1, keepdims=True) + 1e-5) * feeds["gamma"]
+    assert np.abs(got_total - total).max() < 1e-4
+    assert np.abs(y - expected).max() < 1e-4
+
+
+@pytest.mark.parametrize("offsets", [False, True])
+@pytest.mark.parametrize("rows, half", [(1, 1536), (20, 13)])
+def test_swiglu_matches_the_reference(math, rows, half, offsets):
+    rng = np.random.default_rng(rows + half)
+    feeds = {"gu": (rng.standard_normal((rows, 2 * half)) * 4).astype(np.float32)}
+    inputs = [_value("gu", TensorProto.FLOAT, [rows, 2 * half])]
+    gate_up = feeds["gu"].astype(np.float64)
+    if offsets:
+        inputs += [_value("oi", TensorProto.FLOAT, [rows, 64]), _value("ow", TensorProto.FLOAT16, [2, 2 * half])]
+        feeds["oi"] = rng.standard_normal((rows, 64)).astype(np.float32)
+        feeds["ow"] = rng.standard_normal((2, 2 * half)).astype(np.float16)
+        gate_up = gate_up + _block_offsets(feeds["oi"], feeds["ow"])
+    node = helper.make_node("SwiGlu", ["gu"] + (["oi", "ow"] if offsets else []), ["y"], domain="oga")
+    session = _session([node], inputs, [_value("y", TensorProto.FLOAT, [rows, half])])
+    gate, up = gate_up[:, :half], gate_up[:, half:]
+    expected = gate / (1 + np.exp(-gate)) * up
+    assert np.abs(session.run(None, feeds)[0] - expected).max() < 1e-4 * max(1.0, np.abs(expected).max())
+
+
+def test_norm_and_activation_errors():
+    node = helper.make_node("SkipRMSNorm", ["x", "", "gamma", "oi", "ow"], ["y", "sum"], name="norm", domain="oga")
+    session = _session([node], [_value("x", TensorProto.FLOAT, [2, 8]), _value("gamma", TensorProto.FLOAT, ["W"]),
+                                _value("oi", TensorProto.FLOAT, [2, "K"]), _value("ow", TensorProto.FLOAT16, ["B", 8])],
+                       [_value("y", TensorProto.FLOAT, [2, 8]), _value("sum", TensorProto.FLOAT, [2, 8])])
+    feeds = {"x": np.zeros((2, 8), np.float32), "gamma": np.ones(8, np.float32),
+             "oi": np.zeros((2, 64), np.float32), "ow": np.zeros((2, 8), np.float16)}
+    session.run(None, feeds)
+    with pytest.raises(Exception, match=r"oga\.SkipRMSNorm node 'norm': gamma \[7\] must have the input's 8 columns"):
+        session.run(None, {**feeds, "gamma": np.ones(7, np.float32)})
+    with pytest.raises(Exception, match=r"offset_weights \[3, 8\] must be \[2, 8\] for offset_input \[2, 64\]"):
+        session.run(None, {**feeds, "ow": np.zeros((3, 8), np.float16)})
+    node = helper.make_node("SwiGlu", ["gu"], ["y"], name="act", domain="oga")
+    session = _session([node], [_value("gu", TensorProto.FLOAT, [2, "W"])], [_value("y", TensorProto.FLOAT, [2, "H"])])
+    with pytest.raises(Exception, match=r"oga\.SwiGlu node 'act': gate_up \[2, 7\] must have an even number"):
+        session.run(None, {"gu": np.zeros((2, 7), np.float32)})
