@@ -406,6 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("build", help="build a model directory (same as python -m oga.models build)",
                         add_help=False)
+    commands.add_parser("convert", help="turn an onnxruntime-genai CPU build into a paged decoder directory "
+                                        "(same as python -m oga.models convert)", add_help=False)
     return parser
 
 
@@ -465,10 +467,10 @@ def _generate_command(args) -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] == "build":
-        from .models.__main__ import main as build_main
+    if argv and argv[0] in ("build", "convert"):
+        from .models.__main__ import main as models_main
 
-        return build_main(["build", *argv[1:]])
+        return models_main(argv)
     args = build_parser().parse_args(argv)
     try:
         return _generate_command(args)

@@ -70,6 +70,7 @@ struct Step {
   float* key_cache = nullptr;
   float* value_cache = nullptr;
   float* out = nullptr;
+  std::vector<int64_t> output_shape;  // the query's shape with the last dimension num_heads x head_size
   int64_t slot_stride = 0;   // floats per cache slot (kv_heads * D)
   int64_t block_stride = 0;  // floats per cache block
 
@@ -252,7 +253,12 @@ Step CheckedStep(KernelCall& call, int heads, int kv_heads, float scale, bool ro
   Tensor query = call.Input(0), key = call.Input(1), value = call.Input(2);
   Tensor key_cache = call.Input(3), value_cache = call.Input(4);
   Tensor table = call.Input(5), cu = call.Input(6), past = call.Input(7);
-  RequireTensor(query, "query", kFloat, 2);
+  // query (and key / value) may carry a leading batch dimension of 1 ([1, N, W], as graphs written
+  // for contiguous caches have); the tokens are the rows either way
+  Require(query.present() && query.type == kFloat && (query.rank() == 2 || query.rank() == 3),
+          "query must be a float32 [num_tokens, width] or [1, num_tokens, width] tensor, got " +
+              std::string(ElementTypeName(query.type)) + " " + query.ShapeText());
+  Require(query.rank() == 2 || query.dim(0) == 1, "a rank-3 query " + query.ShapeText() + " must have batch 1");
   RequireTensor(key_cache, "key_cache", kFloat, 4);
   RequireTensor(value_cache, "value_cache", kFloat, 4);
   RequireTensor(table, "block_table", kInt32, 2);
@@ -275,14 +281,17 @@ Step CheckedStep(KernelCall& call, int heads, int kv_heads, float scale, bool ro
   s.scale = scale > 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   s.interleaved = interleaved;
   const int64_t D = s.head_dim;
-  s.tokens = query.dim(0);
+  const size_t last = query.rank() - 1;
+  s.tokens = query.dim(last - 1);
+  s.output_shape.assign(query.shape.begin(), query.shape.end());
+  s.output_shape[last] = static_cast<int64_t>(heads) * D;
   if (key.present() || value.present()) {
-    RequireTensor(key, "key", kFloat, 2);
-    RequireTensor(value, "value", kFloat, 2);
-    Require(query.dim(1) == heads * D, "query " + query.ShapeText() + " must be [num_tokens, " +
-                                           std::to_string(heads * D) + "] (num_heads x head_size)");
+    RequireTensor(key, "key", kFloat, query.rank());
+    RequireTensor(value, "value", kFloat, query.rank());
+    Require(query.dim(last) == heads * D, "query " + query.ShapeText() + " must be [num_tokens, " +
+                                              std::to_string(heads * D) + "] (num_heads x head_size)");
     for (const Tensor* t : {&key, &value})
-      Require(t->dim(0) == s.tokens && t->dim(1) == kv_heads * D,
+      Require(t->dim(last - 1) == s.tokens && t->dim(last) == kv_heads * D,
               "key and value must be [" + std::to_string(s.tokens) + ", " + std::to_string(kv_heads * D) + "], got " +
                   t->ShapeText());
     s.q = query.as<float>();
@@ -292,7 +301,7 @@ Step CheckedStep(KernelCall& call, int heads, int kv_heads, float scale, bool ro
     s.k_stride = s.v_stride = kv_heads * D;
   } else {
     const int64_t width = (heads + 2 * kv_heads) * D;
-    Require(query.dim(1) == width, "a packed query " + query.ShapeText() + " must be [num_tokens, " +
+    Require(query.dim(last) == width, "a packed query " + query.ShapeText() + " must be [num_tokens, " +
                                        std::to_string(width) + "] (q|k|v of num_heads + 2 x kv_num_heads heads)");
     s.q = query.as<float>();
     BlockOffsets offsets(call, 10, s.tokens, width);
@@ -366,7 +375,7 @@ void PagedGroupQueryAttention::Compute(KernelCall& call) {
   Step s = CheckedStep(call, num_heads_, kv_num_heads_, scale_, do_rotary_, rotary_interleaved_, window_,
                        &key_cache_in, &value_cache_in);
   const int D = s.head_dim, H = s.heads;
-  Tensor out = call.Output(0, {s.tokens, static_cast<int64_t>(H) * D});
+  Tensor out = call.Output(0, s.output_shape);
   Tensor present_key = call.Output(1, key_cache_in.shape);
   Tensor present_value = call.Output(2, value_cache_in.shape);
   const size_t cache_bytes = static_cast<size_t>(key_cache_in.elements()) * sizeof(float);

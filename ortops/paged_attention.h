@@ -5,6 +5,7 @@
  * It takes the step in OGA's paged layout (the same inputs a paged decoder graph has):
  *
  *   0 query          float [N, Hq*D], or [N, (Hq + 2*Hkv)*D] packed q|k|v when key/value are absent
+ *                    (a leading batch dimension of 1 is allowed: [1, N, ...], the output then has it too)
  *   1 key            float [N, Hkv*D] (optional)
  *   2 value          float [N, Hkv*D] (optional)
  *   3 key_cache      float [num_blocks, block_size, Hkv, D]

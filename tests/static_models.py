@@ -184,7 +184,7 @@ def set_search_max_length(model_dir, max_length):
         json.dump(config, f, indent=4)
 
 
-def _build(out_dir, write_checkpoint, max_length):
+def _build(out_dir, write_checkpoint, max_length, precision="fp32"):
     """Checkpoint in a temporary directory, builder into out_dir, `.complete` marker last."""
     out_dir = os.fspath(out_dir)
     if os.path.isfile(os.path.join(out_dir, ".complete")):
@@ -194,21 +194,23 @@ def _build(out_dir, write_checkpoint, max_length):
         shutil.rmtree(out_dir)
     with tempfile.TemporaryDirectory(prefix="oga-hf-checkpoint-") as hf_dir:
         write_checkpoint(hf_dir)
-        run_oga_builder(hf_dir, out_dir)
+        run_oga_builder(hf_dir, out_dir, precision=precision)
     if max_length is not None:
         set_search_max_length(out_dir, max_length)
     open(os.path.join(out_dir, ".complete"), "w").close()
     return out_dir
 
 
-def build_tiny_llama(out_dir, max_length=None):
-    """OGA-builder CPU fp32 build of the random tiny Llama (search.max_length 512 by default)."""
-    return _build(out_dir, write_tiny_llama_checkpoint, max_length)
+def build_tiny_llama(out_dir, max_length=None, precision="fp32"):
+    """OGA-builder CPU build (fp32, or int4: MatMulNBits round-to-nearest from the fp32 weights) of
+    the random tiny Llama (search.max_length 512 by default)."""
+    return _build(out_dir, write_tiny_llama_checkpoint, max_length, precision)
 
 
-def build_smollm2(out_dir, max_length=SMOLLM2_MAX_LENGTH):
-    """OGA-builder CPU fp32 build of SmolLM2-135M-Instruct, search.max_length patched to 1024."""
-    return _build(out_dir, write_smollm2_checkpoint, max_length)
+def build_smollm2(out_dir, max_length=SMOLLM2_MAX_LENGTH, precision="fp32"):
+    """OGA-builder CPU build (fp32 or int4) of SmolLM2-135M-Instruct, search.max_length patched to
+    1024."""
+    return _build(out_dir, write_smollm2_checkpoint, max_length, precision)
 
 
 def _cache_root(tmp_path_factory):
@@ -235,6 +237,19 @@ def tiny_llama_static_dir(tmp_path_factory):
 def smollm2_static_dir(tmp_path_factory):
     """OGA-builder CPU fp32 directory of SmolLM2-135M-Instruct (static path)."""
     return _fixture_build(tmp_path_factory, "smollm2-cpu-fp32", build_smollm2)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_int4_static_dir(tmp_path_factory):
+    """OGA-builder CPU int4 directory of the random tiny Llama (MatMulNBits, fused q|k|v)."""
+    return _fixture_build(tmp_path_factory, "tiny-llama-cpu-int4",
+                          lambda out: build_tiny_llama(out, precision="int4"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_int4_static_dir(tmp_path_factory):
+    """OGA-builder CPU int4 directory of SmolLM2-135M-Instruct (MatMulNBits, fused q|k|v)."""
+    return _fixture_build(tmp_path_factory, "smollm2-cpu-int4", lambda out: build_smollm2(out, precision="int4"))
 
 
 if __name__ == "__main__":   # python tests/static_models.py OUT_ROOT: build both, print timings

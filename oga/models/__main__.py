@@ -1,4 +1,5 @@
-"""python -m oga.models build --input PATH | --random [...] --output DIR [--target cpu|cuda] [...]"""
+"""python -m oga.models build --input PATH | --random [...] --output DIR [--target cpu|cuda] [...]
+python -m oga.models convert SRC_DIR DST_DIR [...]   (an onnxruntime-genai CPU build -> a paged decoder)"""
 
 from __future__ import annotations
 
@@ -54,6 +55,17 @@ def make_parser() -> argparse.ArgumentParser:
     b.add_argument("--chunk-size", type=_positive,
                    help="search.chunk_size: max query tokens per request and step (required with "
                         "--sliding-window-layers)")
+    c = sub.add_parser("convert", help="turn a CPU model directory of onnxruntime-genai's builder "
+                                       "(GroupQueryAttention, contiguous caches) into a paged decoder for oga's engine")
+    c.add_argument("source", metavar="SRC_DIR", help="the builder's output directory (genai_config.json, model.onnx)")
+    c.add_argument("output", metavar="DST_DIR", help="the new directory (must not exist)")
+    c.add_argument("--block-size", type=_positive, default=16, help="KV block size (default 16)")
+    c.add_argument("--num-blocks", type=_positive, help="KV blocks per layer (default: max-batch-size requests of "
+                                                        "context-length tokens)")
+    c.add_argument("--max-batch-size", type=_positive, default=16)
+    c.add_argument("--max-scheduled-tokens", type=_positive, default=512)
+    c.add_argument("--context-length", type=_positive,
+                   help="max tokens per request (default: search.max_length, capped at 4096)")
     r = b.add_argument_group("random model shape (with --random)")
     r.add_argument("--architecture", choices=("llama", "qwen2", "mistral"), default="llama")
     r.add_argument("--layers", type=_positive, default=2)
@@ -103,9 +115,24 @@ def random_spec_from_args(args):
     return spec
 
 
+def convert_main(args) -> int:
+    from .convert import convert
+    try:
+        out = convert(args.source, args.output, block_size=args.block_size, num_blocks=args.num_blocks,
+                      max_batch_size=args.max_batch_size, max_scheduled_tokens=args.max_scheduled_tokens,
+                      context_length=args.context_length, progress=True)
+    except (ValueError, FileNotFoundError, OSError) as exc:
+        print(f"python -m oga.models convert: error: {exc}", file=sys.stderr)
+        return 2
+    print(out)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
+    if args.command == "convert":
+        return convert_main(args)
     from .build import build
     try:
         spec = random_spec_from_args(args) if args.random else None
