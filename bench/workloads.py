@@ -19,8 +19,12 @@ def smollm2_gguf():
 
 
 def cached_model_dir(name, build_kwargs):
-    """Builds a model directory once per machine (under $OGA_CACHE_DIR or ~/.cache/oga/bench)."""
+    """Builds a model directory once per machine (under $OGA_CACHE_DIR or ~/.cache/oga/bench). The
+    standard-op graph unless build_kwargs says otherwise: most benchmarks run onnxruntime-genai 0.18
+    on the same directory, and 0.18 cannot load oga's fused graph."""
     from oga.models import build
+
+    build_kwargs = {"graph": "standard", **build_kwargs}
 
     root = os.environ.get("OGA_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "oga", "bench"))
     out = os.path.join(root, name)
@@ -95,3 +99,55 @@ def compare_with_onnxruntime_genai(benchmark, label, oga_dir, prompts, budgets, 
     print(f"\n{label}: oga {tokens / seconds:.1f} tok/s, onnxruntime_genai 0.18 "
           f"{reference_tokens / reference_seconds:.1f} tok/s, ratio {ratio:.2f}")
     return ratio
+
+
+def run_turns(og, model_dir, prompts, new_tokens):
+    """Every prompt begun at once, exactly `new_tokens` generated each (EOS masked); returns
+    (generated tokens, seconds, time to first token per prompt, token streams)."""
+    model = og.Model(model_dir)
+    engine = og.Engine(model)
+    start = time.perf_counter()
+    requests = []
+    for prompt in prompts:
+        request = engine.create_request()
+        options = og.TurnOptions(request)
+        options.set_max_generated_tokens(new_tokens)
+        options.set_min_generated_tokens(new_tokens)
+        request.begin_turn(np.asarray(prompt, np.int32), options)
+        requests.append(request)
+    index = {id(r): i for i, r in enumerate(requests)}
+    streams = [[] for _ in prompts]
+    first_token_at = [None] * len(prompts)
+    buffer = engine.create_event_buffer(64)
+    while engine.has_pending_requests():
+        for event in engine.run(buffer):
+            if event.request is None:
+                continue
+            if event.flags & og.EngineEventFlags.TOKEN:
+                i = index[id(event.request)]
+                if first_token_at[i] is None:
+                    first_token_at[i] = time.perf_counter() - start
+                streams[i].append(event.token)
+    seconds = time.perf_counter() - start
+    return sum(len(s) for s in streams), seconds, first_token_at, streams
+
+
+CHAT_QUESTIONS = [
+    "What is the capital of France?", "Write a haiku about the sea.", "How do plants make food?",
+    "Name three primary colors.", "What is 12 times 7?", "Why is the sky blue?",
+    "Give me a tip for learning Python.", "What does a CPU do?", "Who wrote Romeo and Juliet?",
+    "Describe a cat in one sentence.", "What is the boiling point of water?", "How many days are in a leap year?",
+    "Suggest a name for a puppy.", "What is photosynthesis?", "Translate 'thank you' into Spanish.",
+    "What is the largest ocean on Earth?",
+]
+
+
+def chat_prompts(tokenizer_json, count):
+    """`count` SmolLM2 chat prompts (its chat template: the default system message, one question)
+    as token ids: about 36 tokens each."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(tokenizer_json)
+    template = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+                "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n")
+    return [tokenizer.encode(template.format(q)).ids for q in CHAT_QUESTIONS[:count]]

@@ -1,29 +1,70 @@
 #include "attention_math.h"
 
-#include "library_state.h"
-
 #include <algorithm>
 #include <cmath>
+
+#include "library_state.h"
 
 namespace ortops {
 
 namespace {
 
-float Dot(const float* a, const float* b, int D) {
+template <typename T>
+float Dot(const float* a, const T* b, int D) {
   float sum = 0.0f;
-  for (int d = 0; d < D; ++d) sum += a[d] * b[d];
+  for (int d = 0; d < D; ++d) sum += a[d] * ToFloat(b[d]);
   return sum;
 }
 
-void DecodeScores(const float* q, int heads, int group, const float* k, size_t slot_stride, int n, int D, float* S,
-                  size_t s_stride, const float* /*ahead0*/, const float* /*ahead1*/) {
+template <typename T>
+void DecodeScores(const float* q, int heads, int group, const T* k, size_t slot_stride, int n, int D, float* S,
+                  size_t s_stride, const T* /*ahead0*/, const T* /*ahead1*/) {
   const int padded = PaddedHeads(heads);
   for (int j = 0; j < n; ++j) {
-    const float* slot = k + j * slot_stride;
+    const T* slot = k + j * slot_stride;
     float* row = S + j * s_stride;
     for (int h = 0; h < heads; ++h) row[h] = Dot(q + static_cast<size_t>(h) * D, slot + (h / group) * D, D);
     for (int h = heads; h < padded; ++h) row[h] = 0.0f;
   }
+}
+
+template <typename T>
+void DecodeAccumulate(const float* S, size_t s_stride, int heads, int group, const T* v, size_t slot_stride, int n,
+                      int D, float* o) {
+  for (int j = 0; j < n; ++j) {
+    const T* slot = v + j * slot_stride;
+    for (int h = 0; h < heads; ++h) {
+      const float w = S[j * s_stride + h];
+      const T* value = slot + (h / group) * D;
+      float* out = o + static_cast<size_t>(h) * D;
+      for (int d = 0; d < D; ++d) out[d] += w * ToFloat(value[d]);
+    }
+  }
+}
+
+template <typename T>
+void TileScores(const float* Q, int rows, const T* k, size_t stride, int n, int D, float* S, size_t s_stride,
+                float* /*pack*/) {
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < n; ++j) S[r * s_stride + j] = Dot(Q + static_cast<size_t>(r) * D, k + j * stride, D);
+}
+
+template <typename T>
+void TileAccumulate(const float* P, size_t p_stride, int rows, const T* v, size_t stride, int n, int D, float* O) {
+  for (int r = 0; r < rows; ++r) {
+    float* out = O + static_cast<size_t>(r) * D;
+    for (int j = 0; j < n; ++j) {
+      const float w = P[r * p_stride + j];
+      const T* value = v + j * stride;
+      for (int d = 0; d < D; ++d) out[d] += w * ToFloat(value[d]);
+    }
+  }
+}
+
+void StoreFloat(const float* x, int D, float* out) { std::copy(x, x + D, out); }
+
+void StoreHalf(const float* x, int D, Half* out) {
+  for (int d = 0; d < D; ++d) out[d] = FloatToHalf(x[d]);
 }
 
 void SoftmaxColumns(float* S, int n, size_t s_stride, int columns, float* maxes, float* sums) {
@@ -41,19 +82,6 @@ void SoftmaxColumns(float* S, int n, size_t s_stride, int columns, float* maxes,
   }
 }
 
-void DecodeAccumulate(const float* S, size_t s_stride, int heads, int group, const float* v, size_t slot_stride, int n,
-                      int D, float* o) {
-  for (int j = 0; j < n; ++j) {
-    const float* slot = v + j * slot_stride;
-    for (int h = 0; h < heads; ++h) {
-      const float w = S[j * s_stride + h];
-      const float* value = slot + (h / group) * D;
-      float* out = o + static_cast<size_t>(h) * D;
-      for (int d = 0; d < D; ++d) out[d] += w * value[d];
-    }
-  }
-}
-
 float ExpShiftedSum(float* x, int n, float shift) {
   float sum = 0.0f;
   for (int i = 0; i < n; ++i) {
@@ -63,25 +91,7 @@ float ExpShiftedSum(float* x, int n, float shift) {
   return sum;
 }
 
-void TileScores(const float* Q, int rows, const float* k, size_t stride, int n, int D, float* S, size_t s_stride,
-                float* /*pack*/) {
-  for (int r = 0; r < rows; ++r)
-    for (int j = 0; j < n; ++j) S[r * s_stride + j] = Dot(Q + static_cast<size_t>(r) * D, k + j * stride, D);
-}
-
-void TileAccumulate(const float* P, size_t p_stride, int rows, const float* v, size_t stride, int n, int D,
-                    float* O) {
-  for (int r = 0; r < rows; ++r) {
-    float* out = O + static_cast<size_t>(r) * D;
-    for (int j = 0; j < n; ++j) {
-      const float w = P[r * p_stride + j];
-      const float* value = v + j * stride;
-      for (int d = 0; d < D; ++d) out[d] += w * value[d];
-    }
-  }
-}
-
-bool CpuHasAvx2Fma() {
+bool CpuHasAvx2FmaF16c() {
 #if defined(__x86_64__) || defined(_M_X64)
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
@@ -92,11 +102,16 @@ bool CpuHasAvx2Fma() {
 
 }  // namespace
 
-const AttentionMath kPortableMath = {DecodeScores,  SoftmaxColumns, DecodeAccumulate, ExpShiftedSum,
-                                     TileScores,    TileAccumulate, "portable"};
+const AttentionMath kPortableMath = {
+    {DecodeScores<float>, DecodeAccumulate<float>, TileScores<float>, TileAccumulate<float>, StoreFloat},
+    {DecodeScores<Half>, DecodeAccumulate<Half>, TileScores<Half>, TileAccumulate<Half>, StoreHalf},
+    SoftmaxColumns,
+    ExpShiftedSum,
+    "portable",
+};
 
 const AttentionMath& SelectMath(int head_dim) {
-  static const AttentionMath* vector = CpuHasAvx2Fma() ? Avx2Math() : nullptr;
+  static const AttentionMath* vector = CpuHasAvx2FmaF16c() ? Avx2Math() : nullptr;
   if (vector != nullptr && head_dim % 8 == 0 && !PortableForced()) return *vector;
   return kPortableMath;
 }

@@ -135,12 +135,10 @@ Tensor Describe(const OrtApi* api, OrtValue* value) {
 
 }  // namespace
 
-size_t KernelCall::InputCount() const {
-  size_t count = 0;
+KernelCall::KernelCall(const OrtApi* api, OrtKernelContext* context) : api_(api), context_(context) {
   CheckStatus(api_, Api<OrtStatus* (*)(const OrtKernelContext*, size_t*)>(api_, kKernelContextGetInputCount)(
-                        context_, &count),
+                        context_, &input_count_),
               "KernelContext_GetInputCount");
-  return count;
 }
 
 Tensor KernelCall::Input(size_t index) const {
@@ -153,7 +151,7 @@ Tensor KernelCall::Input(size_t index) const {
   return Describe(api_, const_cast<OrtValue*>(value));
 }
 
-Tensor KernelCall::Output(size_t index, const std::vector<int64_t>& shape) {
+Tensor KernelCall::Output(size_t index, const Shape& shape) {
   OrtValue* value = nullptr;
   CheckStatus(api_, Api<OrtStatus* (*)(OrtKernelContext*, size_t, const int64_t*, size_t, OrtValue**)>(
                         api_, kKernelContextGetOutput)(context_, index, shape.data(), shape.size(), &value),

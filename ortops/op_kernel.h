@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <initializer_list>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -56,10 +57,45 @@ void CheckStatus(const OrtApi* api, ortapi::OrtStatus* status, const char* what)
 
 const char* ElementTypeName(ElementType type);
 
+// A tensor shape of at most kMaxRank dimensions, held inline (describing a tensor allocates nothing).
+class Shape {
+ public:
+  static constexpr size_t kMaxRank = 8;
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> dims) {
+    for (int64_t d : dims) push_back(d);
+  }
+  size_t size() const { return rank_; }
+  int64_t operator[](size_t i) const { return dims_[i]; }
+  int64_t& operator[](size_t i) { return dims_[i]; }
+  const int64_t* data() const { return dims_; }
+  int64_t* data() { return dims_; }
+  const int64_t* begin() const { return dims_; }
+  const int64_t* end() const { return dims_ + rank_; }
+  void push_back(int64_t d) {
+    if (rank_ == kMaxRank) throw std::length_error("a tensor of more than 8 dimensions");
+    dims_[rank_++] = d;
+  }
+  void resize(size_t rank) {
+    if (rank > kMaxRank) throw std::length_error("a tensor of more than 8 dimensions");
+    rank_ = rank;
+  }
+  bool operator==(const Shape& other) const {
+    if (rank_ != other.rank_) return false;
+    for (size_t i = 0; i < rank_; ++i)
+      if (dims_[i] != other.dims_[i]) return false;
+    return true;
+  }
+
+ private:
+  int64_t dims_[kMaxRank] = {};
+  size_t rank_ = 0;
+};
+
 // A tensor of one call: element type, shape and data (NULL for an absent optional input).
 struct Tensor {
   ElementType type = ortapi::kUndefined;
-  std::vector<int64_t> shape;
+  Shape shape;
   void* data = nullptr;
 
   bool present() const { return type != ortapi::kUndefined; }
@@ -87,12 +123,12 @@ class KernelInfo {
 
 class KernelCall {
  public:
-  KernelCall(const OrtApi* api, ortapi::OrtKernelContext* context) : api_(api), context_(context) {}
-  size_t InputCount() const;
+  KernelCall(const OrtApi* api, ortapi::OrtKernelContext* context);
+  size_t InputCount() const { return input_count_; }
   // Input `index`; an absent optional input (or one past the node's inputs) is !present().
   Tensor Input(size_t index) const;
   // Output `index` with `shape` (a bound output must have exactly this shape).
-  Tensor Output(size_t index, const std::vector<int64_t>& shape);
+  Tensor Output(size_t index, const Shape& shape);
   // fn(i) for every i in [0, count), on ONNX Runtime's intra-op threads (the caller's thread takes
   // part); returns when all are done. The first exception any of them throws is rethrown here.
   template <typename Fn>
@@ -102,6 +138,7 @@ class KernelCall {
   void RunParallel(size_t count, void (*body)(void*, size_t), void* state);
   const OrtApi* api_;
   ortapi::OrtKernelContext* context_;
+  size_t input_count_ = 0;
 };
 
 // Requirement helpers: throw OpError with `message` unless `condition`.

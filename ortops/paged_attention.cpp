@@ -14,12 +14,20 @@ namespace ortops {
 
 using namespace ortapi;
 
-const InputSpec PagedGroupQueryAttention::kInputs[] = {
+const InputSpec PagedGroupQueryAttentionFloatCache::kInputs[] = {
     {kFloat, false}, {kFloat, true},  {kFloat, true},  {kFloat, false}, {kFloat, false},
     {kInt32, false}, {kInt32, false}, {kInt32, false}, {kFloat, true},  {kFloat, true},
     {kFloat, true},  {kFloat16, true},
 };
-const OutputSpec PagedGroupQueryAttention::kOutputs[] = {{kFloat, false}, {kFloat, false}, {kFloat, false}};
+const OutputSpec PagedGroupQueryAttentionFloatCache::kOutputs[] = {{kFloat, false}, {kFloat, false}, {kFloat, false}};
+
+const InputSpec PagedGroupQueryAttentionHalfCache::kInputs[] = {
+    {kFloat, false}, {kFloat, true},  {kFloat, true},  {kFloat16, false}, {kFloat16, false},
+    {kInt32, false}, {kInt32, false}, {kInt32, false}, {kFloat, true},    {kFloat, true},
+    {kFloat, true},  {kFloat16, true},
+};
+const OutputSpec PagedGroupQueryAttentionHalfCache::kOutputs[] = {
+    {kFloat, false}, {kFloat16, false}, {kFloat16, false}};
 
 PagedGroupQueryAttention::PagedGroupQueryAttention(const KernelInfo& info) {
   int64_t heads = info.Int("num_heads");
@@ -40,11 +48,16 @@ PagedGroupQueryAttention::PagedGroupQueryAttention(const KernelInfo& info) {
 
 namespace {
 
-constexpr int64_t kDecodeChunk = 256;  // keys per work unit of a decoding row
+// Keys per work unit of a decoding row: at most kDecodeChunk; fewer (not under kMinDecodeChunk)
+// when the step has too few keys to keep kDecodeUnits units busy (one long row at batch 1).
+constexpr int64_t kDecodeChunk = 256;
+constexpr int64_t kMinDecodeChunk = 64;
+constexpr int64_t kDecodeUnits = 8;
 constexpr int64_t kPrefillTile = 16;   // query tokens per work unit of a prefilling row
 
 // Scratch purposes (ThreadScratch tags).
 struct RotatedQueryTag;
+struct RotatedKeyTag;
 struct CorrectedQueryTag;
 struct TokenRowTag;
 struct PartialSumsTag;
@@ -67,12 +80,18 @@ struct Step {
   int64_t q_stride = 0, k_stride = 0, v_stride = 0;
   const float* cos = nullptr;
   const float* sin = nullptr;
-  float* key_cache = nullptr;
-  float* value_cache = nullptr;
+  bool half_cache = false;   // the caches hold Half (float16) values, else float
+  void* key_cache = nullptr;
+  void* value_cache = nullptr;
   float* out = nullptr;
-  std::vector<int64_t> output_shape;  // the query's shape with the last dimension num_heads x head_size
-  int64_t slot_stride = 0;   // floats per cache slot (kv_heads * D)
-  int64_t block_stride = 0;  // floats per cache block
+  Shape output_shape;  // the query's shape with the last dimension num_heads x head_size
+  int64_t slot_stride = 0;   // values per cache slot (kv_heads * D)
+  int64_t block_stride = 0;  // values per cache block
+
+  template <typename T>
+  T* Keys() const { return static_cast<T*>(key_cache); }
+  template <typename T>
+  T* Values() const { return static_cast<T*>(value_cache); }
 
   int64_t Offset(int64_t row, int64_t position) const {
     int64_t block = table[row * table_columns + position / block_size];
@@ -119,7 +138,7 @@ struct Unit {
 };
 
 // A run of consecutive slots of one block: key positions [position, position + count) of a row,
-// the first at `offset` (floats) in the caches.
+// the first at `offset` (values) in the caches.
 struct Run {
   int64_t position;
   int64_t count;
@@ -143,7 +162,11 @@ constexpr size_t kPrefetchRuns = 4;
 
 // A decoding row's key chunk. A row with one chunk writes its output directly; otherwise the chunk
 // leaves unnormalized partial sums in its slot of `partials`: [H maxes][H sums][H x D weighted values].
+template <typename T>
 void DecodeChunk(const Step& s, const AttentionMath& math, const Unit& u, const float* rotated, float* partials) {
+  const T* keys = s.Keys<T>();
+  const T* values = s.Values<T>();
+  const CacheMath<T>& cm = math.cache(keys);
   const int64_t t = s.cu[u.row];
   const int D = s.head_dim, H = s.heads, g = s.group;
   const int padded = PaddedHeads(H);
@@ -158,9 +181,9 @@ void DecodeChunk(const Step& s, const AttentionMath& math, const Unit& u, const 
     const Run& run = runs[i];
     // While scoring this run: the keys of a later run and this run's values, which the second
     // pass reads, come into L2.
-    const float* ahead = i + kPrefetchRuns < runs.size() ? s.key_cache + runs[i + kPrefetchRuns].offset : nullptr;
-    math.decode_scores(query, H, g, s.key_cache + run.offset, s.slot_stride, static_cast<int>(run.count), D,
-                       S + (run.position - u.begin) * padded, padded, ahead, s.value_cache + run.offset);
+    const T* ahead = i + kPrefetchRuns < runs.size() ? keys + runs[i + kPrefetchRuns].offset : nullptr;
+    cm.decode_scores(query, H, g, keys + run.offset, s.slot_stride, static_cast<int>(run.count), D,
+                     S + (run.position - u.begin) * padded, padded, ahead, values + run.offset);
   }
   math.softmax_columns(S, static_cast<int>(n), padded, padded, maxes, sums);
   const bool alone = u.partial < 0;
@@ -168,8 +191,8 @@ void DecodeChunk(const Step& s, const AttentionMath& math, const Unit& u, const 
   float* o = alone ? s.out + t * H * D : slot + 2 * H;
   std::memset(o, 0, sizeof(float) * H * D);
   for (const Run& run : runs)
-    math.decode_accumulate(S + (run.position - u.begin) * padded, padded, H, g, s.value_cache + run.offset,
-                           s.slot_stride, static_cast<int>(run.count), D, o);
+    cm.decode_accumulate(S + (run.position - u.begin) * padded, padded, H, g, values + run.offset, s.slot_stride,
+                         static_cast<int>(run.count), D, o);
   for (int h = 0; h < H; ++h) {
     if (alone) {
       const float inv = 1.0f / sums[h];
@@ -181,7 +204,11 @@ void DecodeChunk(const Step& s, const AttentionMath& math, const Unit& u, const 
   }
 }
 
+template <typename T>
 void PrefillTile(const Step& s, const AttentionMath& math, const Unit& u, const float* rotated) {
+  const T* keys = s.Keys<T>();
+  const T* values = s.Values<T>();
+  const CacheMath<T>& cm = math.cache(keys);
   const int D = s.head_dim, H = s.heads, g = s.group;
   const int64_t first = s.cu[u.row], past = s.past[u.row];
   const int64_t tile = u.end - u.begin;
@@ -200,8 +227,8 @@ void PrefillTile(const Step& s, const AttentionMath& math, const Unit& u, const 
   thread_local std::vector<Run> runs;
   CollectRuns(s, u.row, key_lo, key_hi, kTileKeys, runs);
   for (const Run& run : runs)
-    math.tile_scores(Q, rows, s.key_cache + run.offset + u.head * D, s.slot_stride, static_cast<int>(run.count), D,
-                     S + (run.position - key_lo), stride, pack);
+    cm.tile_scores(Q, rows, keys + run.offset + u.head * D, s.slot_stride, static_cast<int>(run.count), D,
+                   S + (run.position - key_lo), stride, pack);
   for (int64_t tt = 0; tt < tile; ++tt) {
     const int64_t position = past + u.begin + tt;
     const int64_t lo = s.FirstKey(position) - key_lo, hi = position - key_lo + 1;  // columns [lo, hi)
@@ -217,8 +244,8 @@ void PrefillTile(const Step& s, const AttentionMath& math, const Unit& u, const 
   }
   std::memset(O, 0, sizeof(float) * rows * D);
   for (const Run& run : runs)
-    math.tile_accumulate(S + (run.position - key_lo), stride, rows, s.value_cache + run.offset + u.head * D,
-                         s.slot_stride, static_cast<int>(run.count), D, O);
+    cm.tile_accumulate(S + (run.position - key_lo), stride, rows, values + run.offset + u.head * D, s.slot_stride,
+                       static_cast<int>(run.count), D, O);
   for (int64_t tt = 0; tt < tile; ++tt)
     for (int i = 0; i < g; ++i)
       std::memcpy(s.out + ((first + u.begin + tt) * H + u.head * g + i) * D, O + (tt * g + i) * D, sizeof(float) * D);
@@ -259,8 +286,11 @@ Step CheckedStep(KernelCall& call, int heads, int kv_heads, float scale, bool ro
           "query must be a float32 [num_tokens, width] or [1, num_tokens, width] tensor, got " +
               std::string(ElementTypeName(query.type)) + " " + query.ShapeText());
   Require(query.rank() == 2 || query.dim(0) == 1, "a rank-3 query " + query.ShapeText() + " must have batch 1");
-  RequireTensor(key_cache, "key_cache", kFloat, 4);
-  RequireTensor(value_cache, "value_cache", kFloat, 4);
+  Require(key_cache.present() && (key_cache.type == kFloat || key_cache.type == kFloat16) && key_cache.rank() == 4,
+          "key_cache must be a float32 or float16 tensor of rank 4, got " + std::string(ElementTypeName(key_cache.type)) +
+              " " + key_cache.ShapeText());
+  Require(value_cache.present() && value_cache.type == key_cache.type,
+          "value_cache must have key_cache's type (" + std::string(ElementTypeName(key_cache.type)) + ")");
   RequireTensor(table, "block_table", kInt32, 2);
   RequireTensor(cu, "cumulative_sequence_lengths", kInt32, 1);
   RequireTensor(past, "past_sequence_lengths", kInt32, 1);
@@ -269,6 +299,7 @@ Step CheckedStep(KernelCall& call, int heads, int kv_heads, float scale, bool ro
   Require(key_cache.dim(2) == kv_heads, "key_cache " + key_cache.ShapeText() + " must have kv_num_heads (" +
                                             std::to_string(kv_heads) + ") heads in dimension 2");
   Require(key_cache.dim(1) > 0 && key_cache.dim(3) > 0, "key_cache " + key_cache.ShapeText() + " has an empty block or head");
+  s.half_cache = key_cache.type == kFloat16;
   s.heads = heads;
   s.kv_heads = kv_heads;
   s.group = heads / kv_heads;
@@ -283,7 +314,7 @@ Step CheckedStep(KernelCall& call, int heads, int kv_heads, float scale, bool ro
   const int64_t D = s.head_dim;
   const size_t last = query.rank() - 1;
   s.tokens = query.dim(last - 1);
-  s.output_shape.assign(query.shape.begin(), query.shape.end());
+  s.output_shape = query.shape;
   s.output_shape[last] = static_cast<int64_t>(heads) * D;
   if (key.present() || value.present()) {
     RequireTensor(key, "key", kFloat, query.rank());
@@ -370,63 +401,57 @@ Step CheckedStep(KernelCall& call, int heads, int kv_heads, float scale, bool ro
 
 }  // namespace
 
-void PagedGroupQueryAttention::Compute(KernelCall& call) {
-  Tensor key_cache_in, value_cache_in;
-  Step s = CheckedStep(call, num_heads_, kv_num_heads_, scale_, do_rotary_, rotary_interleaved_, window_,
-                       &key_cache_in, &value_cache_in);
-  const int D = s.head_dim, H = s.heads;
-  Tensor out = call.Output(0, s.output_shape);
-  Tensor present_key = call.Output(1, key_cache_in.shape);
-  Tensor present_value = call.Output(2, value_cache_in.shape);
-  const size_t cache_bytes = static_cast<size_t>(key_cache_in.elements()) * sizeof(float);
-  if (present_key.data != key_cache_in.data) {
-    std::memcpy(present_key.data, key_cache_in.data, cache_bytes);
-    CountCacheCopy();
-  }
-  if (present_value.data != value_cache_in.data) {
-    std::memcpy(present_value.data, value_cache_in.data, cache_bytes);
-    CountCacheCopy();
-  }
-  s.key_cache = present_key.as<float>();
-  s.value_cache = present_value.as<float>();
-  s.out = out.as<float>();
-  if (s.tokens == 0) return;
-  const AttentionMath& math = SelectMath(D);
+namespace {
 
-  // Rotary embedding and the cache writes; the rotated, scaled queries go to a scratch buffer.
+// The rotary embedding and the cache writes of every token (the rotated, scaled queries into
+// `rotated`), then the attention work units, longest first, and the merge of split decode rows.
+template <typename T>
+void Attend(KernelCall& call, const Step& s, const AttentionMath& math) {
+  const int D = s.head_dim, H = s.heads;
+  const CacheMath<T>& cm = math.cache(s.Keys<T>());
   float* rotated = ThreadScratch<RotatedQueryTag>(static_cast<size_t>(s.tokens) * H * D);
   int64_t* token_row = ThreadScratch<TokenRowTag, int64_t>(static_cast<size_t>(s.tokens));
   for (int64_t r = 0; r < s.rows; ++r)
     for (int64_t t = s.cu[r]; t < s.cu[r + 1]; ++t) token_row[t] = r;
   auto write = [&](size_t group) {
+    float* key = ThreadScratch<RotatedKeyTag>(static_cast<size_t>(D));
     const int64_t begin = static_cast<int64_t>(group) * kPrefillTile, end = std::min(s.tokens, begin + kPrefillTile);
     for (int64_t t = begin; t < end; ++t) {
       const int64_t r = token_row[t], position = s.past[r] + (t - s.cu[r]);
       for (int h = 0; h < H; ++h) Rotate(s, s.q + t * s.q_stride + h * D, position, s.scale, rotated + (t * H + h) * D);
       const int64_t slot = s.Offset(r, position);
       for (int h = 0; h < s.kv_heads; ++h) {
-        Rotate(s, s.k + t * s.k_stride + h * D, position, 1.0f, s.key_cache + slot + h * D);
-        std::memcpy(s.value_cache + slot + h * D, s.v + t * s.v_stride + h * D, sizeof(float) * D);
+        Rotate(s, s.k + t * s.k_stride + h * D, position, 1.0f, key);
+        cm.store(key, D, s.Keys<T>() + slot + h * D);
+        cm.store(s.v + t * s.v_stride + h * D, D, s.Values<T>() + slot + h * D);
       }
     }
   };
   call.ParallelFor(static_cast<size_t>((s.tokens + kPrefillTile - 1) / kPrefillTile), write);
 
-  // Work units, longest first.
   thread_local std::vector<Unit> units;
-  thread_local std::vector<int64_t> first_partial;  // per row: its first partial slot, -1 if none
+  thread_local std::vector<int64_t> first_partial, chunk_count;  // per row: first partial slot (-1: none), chunks
   units.clear();
   first_partial.assign(static_cast<size_t>(s.rows), -1);
+  chunk_count.assign(static_cast<size_t>(s.rows), 0);
+  int64_t decode_keys = 0;
+  for (int64_t r = 0; r < s.rows; ++r)
+    if (int64_t{s.cu[r + 1]} - s.cu[r] == 1) decode_keys += s.past[r] + 1 - s.FirstKey(s.past[r]);
+  const int64_t chunk_limit =
+      std::max(kMinDecodeChunk, std::min(kDecodeChunk, (decode_keys + kDecodeUnits - 1) / kDecodeUnits));
   int64_t partial_count = 0;
   for (int64_t r = 0; r < s.rows; ++r) {
     const int64_t q = int64_t{s.cu[r + 1]} - s.cu[r], past = s.past[r];
     if (q == 0) continue;
     if (q == 1) {
+      // the row's keys in equal chunks of at most chunk_limit
       const int64_t lo = s.FirstKey(past), hi = past + 1;
-      const int64_t chunks = (hi - lo + kDecodeChunk - 1) / kDecodeChunk;
+      const int64_t chunks = (hi - lo + chunk_limit - 1) / chunk_limit;
+      const int64_t length = (hi - lo + chunks - 1) / chunks;
+      chunk_count[r] = chunks;
       if (chunks > 1) first_partial[r] = partial_count;
       for (int64_t c = 0; c < chunks; ++c) {
-        const int64_t begin = lo + c * kDecodeChunk, end = std::min(hi, begin + kDecodeChunk);
+        const int64_t begin = lo + c * length, end = std::min(hi, begin + length);
         units.push_back(Unit{r, begin, end, 0, true, chunks > 1 ? partial_count++ : -1, (end - begin) * H});
       }
       continue;
@@ -444,16 +469,42 @@ void PagedGroupQueryAttention::Compute(KernelCall& call) {
   call.ParallelFor(units.size(), [&](size_t i) {
     const Unit& u = unit_list[i];
     if (u.decode)
-      DecodeChunk(s, math, u, rotated, partials);
+      DecodeChunk<T>(s, math, u, rotated, partials);
     else
-      PrefillTile(s, math, u, rotated);
+      PrefillTile<T>(s, math, u, rotated);
   });
-  for (int64_t r = 0; r < s.rows; ++r) {
-    if (first_partial[r] < 0) continue;
-    const int64_t past = s.past[r];
-    const int64_t chunks = (past + 1 - s.FirstKey(past) + kDecodeChunk - 1) / kDecodeChunk;
-    MergeChunks(s, r, first_partial[r], chunks, partials);
+  for (int64_t r = 0; r < s.rows; ++r)
+    if (first_partial[r] >= 0) MergeChunks(s, r, first_partial[r], chunk_count[r], partials);
+}
+
+}  // namespace
+
+void PagedGroupQueryAttention::Compute(KernelCall& call) {
+  Tensor key_cache_in, value_cache_in;
+  Step s = CheckedStep(call, num_heads_, kv_num_heads_, scale_, do_rotary_, rotary_interleaved_, window_,
+                       &key_cache_in, &value_cache_in);
+  Tensor out = call.Output(0, s.output_shape);
+  Tensor present_key = call.Output(1, key_cache_in.shape);
+  Tensor present_value = call.Output(2, value_cache_in.shape);
+  const size_t cache_bytes =
+      static_cast<size_t>(key_cache_in.elements()) * (s.half_cache ? sizeof(Half) : sizeof(float));
+  if (present_key.data != key_cache_in.data) {
+    std::memcpy(present_key.data, key_cache_in.data, cache_bytes);
+    CountCacheCopy();
   }
+  if (present_value.data != value_cache_in.data) {
+    std::memcpy(present_value.data, value_cache_in.data, cache_bytes);
+    CountCacheCopy();
+  }
+  s.key_cache = present_key.data;
+  s.value_cache = present_value.data;
+  s.out = out.as<float>();
+  if (s.tokens == 0) return;
+  const AttentionMath& math = SelectMath(s.head_dim);
+  if (s.half_cache)
+    Attend<Half>(call, s, math);
+  else
+    Attend<float>(call, s, math);
 }
 
 }  // namespace ortops

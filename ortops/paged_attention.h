@@ -8,8 +8,8 @@
  *                    (a leading batch dimension of 1 is allowed: [1, N, ...], the output then has it too)
  *   1 key            float [N, Hkv*D] (optional)
  *   2 value          float [N, Hkv*D] (optional)
- *   3 key_cache      float [num_blocks, block_size, Hkv, D]
- *   4 value_cache    float [num_blocks, block_size, Hkv, D]
+ *   3 key_cache      float or float16 [num_blocks, block_size, Hkv, D]
+ *   4 value_cache    the key cache's type and shape
  *   5 block_table    int32 [B, max_blocks]: position p of row r lives in block block_table[r][p / block_size],
  *                    slot p % block_size
  *   6 cumulative_sequence_lengths  int32 [B + 1]: row r owns packed tokens cu[r] .. cu[r+1]-1
@@ -20,7 +20,7 @@
  *  11 offset_weights float16 [k/32, W]   offsets, see block_offsets.h)
  *
  *   0 output         float [N, Hq*D]
- *   1 present_key    float, the key cache's shape: the cache after this step's writes
+ *   1 present_key    the key cache's type and shape: the cache after this step's writes
  *   2 present_value
  *
  * Attributes: num_heads (Hq), kv_num_heads (Hkv; Hq a multiple of it), scale (default 1/sqrt(D)),
@@ -49,9 +49,7 @@ namespace ortops {
 class PagedGroupQueryAttention {
  public:
   static constexpr const char* kName = "PagedGroupQueryAttention";
-  static const InputSpec kInputs[];
   static constexpr size_t kNumInputs = 12;
-  static const OutputSpec kOutputs[];
   static constexpr size_t kNumOutputs = 3;
 
   explicit PagedGroupQueryAttention(const KernelInfo& info);
@@ -64,6 +62,19 @@ class PagedGroupQueryAttention {
   bool do_rotary_;
   bool rotary_interleaved_;
   int window_;  // 0: none
+};
+
+// The operator is registered twice under its one name: ONNX Runtime picks the kernel by the
+// graph's cache type (float32 or float16 caches and presents), and both run the same code.
+struct PagedGroupQueryAttentionFloatCache : PagedGroupQueryAttention {
+  using PagedGroupQueryAttention::PagedGroupQueryAttention;
+  static const InputSpec kInputs[];
+  static const OutputSpec kOutputs[];
+};
+struct PagedGroupQueryAttentionHalfCache : PagedGroupQueryAttention {
+  using PagedGroupQueryAttention::PagedGroupQueryAttention;
+  static const InputSpec kInputs[];
+  static const OutputSpec kOutputs[];
 };
 
 }  // namespace ortops

@@ -22,7 +22,8 @@ OrtStatus* Register(const OrtApi* api, OrtSessionOptions* options) {
   if (OrtStatus* status = Entry<OrtStatus* (*)(const char*, OrtCustomOpDomain**)>(api, kCreateCustomOpDomain)(
           kDomain, &domain))
     return status;
-  const OrtCustomOp* ops[] = {ortops::OpDescriptor<ortops::PagedGroupQueryAttention>::Get(),
+  const OrtCustomOp* ops[] = {ortops::OpDescriptor<ortops::PagedGroupQueryAttentionFloatCache>::Get(),
+                             ortops::OpDescriptor<ortops::PagedGroupQueryAttentionHalfCache>::Get(),
                              ortops::OpDescriptor<ortops::SkipRMSNorm>::Get(),
                              ortops::OpDescriptor<ortops::SwiGlu>::Get()};
   for (const OrtCustomOp* op : ops) {

@@ -1,38 +1,12 @@
 #include "row_math.h"
 
+#include "half.h"
 #include "library_state.h"
 
 #include <cmath>
 #include <cstring>
 
 namespace ortops {
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1Fu;
-  const uint32_t mantissa = h & 0x3FFu;
-  uint32_t bits;
-  if (exponent == 0) {
-    if (mantissa == 0) {
-      bits = sign;
-    } else {  // subnormal: normalize
-      int shift = 0;
-      uint32_t m = mantissa;
-      while ((m & 0x400u) == 0) {
-        m <<= 1;
-        ++shift;
-      }
-      bits = sign | static_cast<uint32_t>(127 - 15 - shift + 1) << 23 | (m & 0x3FFu) << 13;
-    }
-  } else if (exponent == 0x1F) {
-    bits = sign | 0x7F800000u | mantissa << 13;
-  } else {
-    bits = sign | (exponent + 127 - 15) << 23 | mantissa << 13;
-  }
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
 
 namespace {
 

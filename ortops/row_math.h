@@ -35,8 +35,6 @@ const RowMath& SelectRowMath();
 extern const RowMath kPortableRowMath;
 const RowMath* Avx2RowMath();  // NULL when this build has none
 
-float HalfToFloat(uint16_t h);
-
 }  // namespace ortops
 
 #endif  // OGA_ORTOPS_ROW_MATH_H_

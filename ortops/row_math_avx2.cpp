@@ -1,6 +1,7 @@
 // The AVX2/FMA/F16C loops of row_math.h, reached through SelectRowMath() after a CPU check.
 #include "row_math.h"
 
+#include "half.h"
 #include "simd_avx2.h"
 
 #if defined(__x86_64__) || defined(_M_X64)

@@ -17,13 +17,14 @@ class PagedRunner:
     of a slot no row wrote poisons the logits). Each row's table also holds `reserve_ahead`
     blocks beyond what it needs (never written: NaN), as an engine's reservations do."""
 
-    def __init__(self, model, spec, block_size=BLOCK, num_blocks=NUM_BLOCKS, seed=0, reserve_ahead=1):
+    def __init__(self, model, spec, block_size=BLOCK, num_blocks=NUM_BLOCKS, seed=0, reserve_ahead=1,
+                 cache_dtype=np.float32):
         self.spec, self.block_size, self.reserve_ahead = spec, block_size, reserve_ahead
         options = ort.SessionOptions()
         ortops.register(options)                       # the fused graphs' operators
         self.session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         shape = (num_blocks, block_size, spec.num_kv_heads, spec.head_dim)
-        self.caches = {(i, kind): np.full(shape, np.nan, np.float32)
+        self.caches = {(i, kind): np.full(shape, np.nan, cache_dtype)
                        for i in range(spec.num_layers) for kind in ("key", "value")}
         self.free = list(np.random.default_rng(seed).permutation(num_blocks))   # scattered block ids
         self.blocks: dict[str, list[int]] = {}

@@ -21,6 +21,12 @@ import oga.testing as ogt
 from model_dirs import VOCAB_SIZE, make_tokenizer_dir, oga_cache_dir, smollm2_model_dir
 from oga import cli
 
+# The default model is SmolLM2 with its Q4_1 weights as they are, int8 activations and float16 KV
+# caches. Its greedy answer to "What is the capital of France?" in the chat template starts at a
+# near-tie ("The" 25.33, "L" 25.24 with exact float arithmetic), which activation rounding may
+# flip (llama.cpp, on the same GGUF, answers "L'Étoile, ..."); the real-model tests ask about Japan,
+# whose answer "The capital of Japan is Tokyo." has no such tie.
+
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
@@ -224,22 +230,22 @@ def smollm2(tmp_path_factory, smollm2_int4_dir):
 
 
 def test_generate_one_prompt_with_the_default_model(smollm2, tmp_path_factory):
-    done = _oga(["generate", "What is the capital of France?", "--max-new-tokens", "16"], tmp_path_factory)
+    done = _oga(["generate", "What is the capital of Japan?", "--max-new-tokens", "16"], tmp_path_factory)
     assert done.returncode == 0, done.stderr
-    assert "Paris" in done.stdout
+    assert "Tokyo" in done.stdout
     assert "requests: 1 (1 finished, 0 failed)" in done.stderr
     assert re.search(r"generated tokens/s", done.stderr) and "time to first token" in done.stderr
     assert "building" not in done.stderr                   # the cached build is reused
 
 
 def test_generate_prompts_from_stdin(smollm2, tmp_path_factory):
-    prompts = "What is the capital of France?\nName a primary color.\nWhat is 2+2?\n"
+    prompts = "What is the capital of Japan?\nName a primary color.\nWhat is 2+2?\n"
     done = _oga(["generate", "--model", smollm2, "-n", "12", "--max-batch-size", "2", "--no-progress"],
                 tmp_path_factory, stdin=prompts)
     assert done.returncode == 0, done.stderr
     blocks = _blocks(done.stdout)
     assert sorted(blocks) == [0, 1, 2]
-    assert blocks[0][0] == "What is the capital of France?" and "Paris" in blocks[0][1]
+    assert blocks[0][0] == "What is the capital of Japan?" and "Tokyo" in blocks[0][1]
     assert "requests: 3 (3 finished, 0 failed)" in done.stderr
 
 
@@ -247,8 +253,8 @@ def test_generate_in_process_on_the_real_model(smollm2):
     """og.Tokenizer(og.Model(dir)) reads the model's directory; generate() streams its answer."""
     model = og.Model(smollm2)
     smol_tokenizer = og.Tokenizer(model)
-    summary, out, _ = _generate(model, smol_tokenizer, ["What is the capital of France?"], max_new_tokens=12)
-    assert "Paris" in out and summary.results[0].ok
+    summary, out, _ = _generate(model, smol_tokenizer, ["What is the capital of Japan?"], max_new_tokens=12)
+    assert "Tokyo" in out and summary.results[0].ok
 
 
 def test_generation_policy_options_reach_every_turn(tokenizer):
@@ -272,7 +278,7 @@ def test_generation_policy_options_reach_every_turn(tokenizer):
 def test_stop_option_on_the_real_model(smollm2):
     model = og.Model(smollm2)
     smol_tokenizer = og.Tokenizer(model)
-    summary, out, _ = _generate(model, smol_tokenizer, ["What is the capital of France?"], max_new_tokens=24,
-                                turn_policy={"stop_strings": ["Paris"]})
-    assert "Paris" in out
+    summary, out, _ = _generate(model, smol_tokenizer, ["What is the capital of Japan?"], max_new_tokens=24,
+                                turn_policy={"stop_strings": ["Tokyo"]})
+    assert "Tokyo" in out
     assert summary.results[0].finish_reason == "STOP_STRING"

@@ -729,9 +729,11 @@ def test_auto_sizing_follows_available_memory(lib, tmp_path, loader):
     per_block = int(mem_available() * 0.9 * 0.5 / target)
     blocks, msg = auto_engine(lib, tmp_path, loader, per_block)
     assert msg is None, msg
-    assert 0.7 * target <= blocks <= 1.3 * target
+    # a block is ~1% of the budget, so what MemAvailable drifts by between the two reads moves the
+    # count by a block or two at most; without the 0.9 headroom it would be 55
+    assert 0.96 * target <= blocks <= 1.04 * target
     blocks, msg = auto_engine(lib, tmp_path, loader, per_block // 2, gpu_utilization_factor=0.25)
-    assert msg is None and 0.7 * target <= blocks <= 1.3 * target
+    assert msg is None and 0.96 * target <= blocks <= 1.04 * target
 
 
 def test_auto_sizing_follows_the_devices_free_memory(lib, tmp_path, loader):
@@ -784,7 +786,7 @@ print(json.dumps(out))
 
 
 def test_config_errors_match_onnxruntime_genai(lib, tmp_path):
-    pytest.importorskip("onnxruntime_genai")
+    import onnxruntime_genai  # noqa: F401  (a test dependency: missing, it fails)
     jobs, ours = [], []
     cases = ALL_STATE_GROUP_CASES + [(with_groups(g), None) for g, _ in POSITIONED]
     for i, (cfg, _) in enumerate(cases):

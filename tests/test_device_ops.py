@@ -66,7 +66,7 @@ def test_cuda_device_without_cuda_python_is_a_clear_error(monkeypatch):
 def test_cuda_device_where_cuda_cannot_run_is_a_clear_error():
     available, reason = ck.cuda_status()
     if available:
-        pytest.skip(f"CUDA runs here ({reason}); tests/gpu/test_device_ops.py covers the device")
+        pytest.skip(f"CUDA runs here ({reason}); tests/gpu/test_cuda_device.py covers the device")
     for make in (CudaDevice, lambda: CudaDevice(with_kernels=False), lambda: open_device("cuda")):
         with pytest.raises(ck.CudaUnavailable) as raised:
             make()

@@ -14,8 +14,8 @@ import unicodedata
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
-tokenizers = pytest.importorskip("tokenizers")
+import gguf  # noqa: E402  (test dependencies: a missing one fails, never skips)
+import tokenizers  # noqa: E402
 
 from model_dirs import byte_level_alphabet  # noqa: E402
 from oga.models.gguf_loader import load_gguf, permute_qk, unpermute_qk  # noqa: E402

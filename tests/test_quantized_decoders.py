@@ -27,6 +27,7 @@ from paged_runner import BLOCK, NUM_BLOCKS, PagedRunner, ReferenceRows
 
 QUANT_TOL = 2e-4
 INT8_ACTIVATION_TOL = 0.05          # of the largest |logit|
+FP16_KV_TOL = 0.01                  # of the largest |logit|
 
 SCHEDULE = [[("a", 10), ("b", 7)], [("a", 1), ("b", 3), ("c", 5)], [("c", 1), ("a", 1), ("b", 1), ("d", 9)],
             [("a", 1), ("b", 1), ("c", 1), ("d", 1)]]
@@ -73,11 +74,13 @@ def _effective(loaded, precision):
     return LoadedModel(spec=replace(spec, tie_word_embeddings=False), weights=weights)
 
 
-def _run(loaded, precision, accuracy_level):
+def _run(loaded, precision, accuracy_level, kv_cache="float32"):
     spec = loaded.spec
     model = build_cpu_fused_graph(spec, loaded.weights, blocks=loaded.blocks, precision=precision,
-                                  accuracy_level=accuracy_level, block_size=BLOCK, context_length=spec.context_length)
-    runner = PagedRunner(model, spec, block_size=BLOCK, num_blocks=NUM_BLOCKS)
+                                  accuracy_level=accuracy_level, block_size=BLOCK, context_length=spec.context_length,
+                                  kv_cache=kv_cache)
+    runner = PagedRunner(model, spec, block_size=BLOCK, num_blocks=NUM_BLOCKS,
+                         cache_dtype=np.float16 if kv_cache == "float16" else np.float32)
     refs = ReferenceRows(_effective(loaded, precision))
     rng = np.random.default_rng(9)
     worst, scale, flips_allowed = 0.0, 0.0, []
@@ -123,11 +126,28 @@ def test_round_to_nearest_builds_match_the_reference(precision, accuracy_level):
     assert bits == ({4, 8} if precision == "int4" else {8})        # the LM head is 8-bit either way
 
 
+@pytest.mark.parametrize("accuracy_level", [0, 4])
+def test_float16_kv_caches_match_the_reference(accuracy_level):
+    """The default for quantized builds: keys and values stored as float16 (rounding each to 11
+    significant bits, a relative 2^-11 ~ 5e-4), within FP16_KV_TOL of the reference more than the
+    float32-cache build."""
+    loaded = _gguf_source(SPECS["llama"], 3, {"default": "Q4_1", "embedding": "Q8_0"})
+    worst, scale, argmax_equal, model = _run(loaded, None, accuracy_level, kv_cache="float16")
+    print(f"float16 KV, accuracy_level {accuracy_level}: max abs diff {worst:.2e} (logits up to {scale:.2f})")
+    bound = (QUANT_TOL if accuracy_level == 0 else INT8_ACTIVATION_TOL * scale) + FP16_KV_TOL * scale
+    assert worst < bound and all(argmax_equal) and argmax_equal
+    assert model.graph.input[-1].type.tensor_type.elem_type == 10               # float16 caches
+    assert build_cpu_fused_graph(loaded.spec, loaded.weights, blocks=loaded.blocks, block_size=BLOCK,
+                                 context_length=64).graph.input[-1].type.tensor_type.elem_type == 10  # the default
+
+
 def test_smollm2_int4_matches_the_reference_on_the_gguf_weights(smollm2_int4_dir, tmp_path):
     """The default SmolLM2 build (its Q4_1 / Q8_0 blocks as they are) against the reference on the
-    GGUF's dequantized weights: to float32 accuracy with float activations (accuracy_level 0), and
-    with the default int8 activations within their rounding (30 layers of it: measured 1.58 on logits
-    up to 19.8, so the bound is 12% of the largest logit) with the same next token."""
+    GGUF's dequantized weights: to float32 accuracy with float activations and caches
+    (accuracy_level 0, float32 KV), and as built by default (int8 activations, float16 KV) within
+    their rounding, with the same next token. Float16 caches alone move SmolLM2's logits by 0.005-0.011;
+    30 layers of int8 activation rounding move them by 0.7-2.9 (logits up to ~20) however the inputs
+    are perturbed, so the bound is 20% of the largest logit."""
     import onnx
 
     from conftest import smollm2_gguf_path
@@ -136,10 +156,12 @@ def test_smollm2_int4_matches_the_reference_on_the_gguf_weights(smollm2_int4_dir
     loaded = load_gguf(smollm2_gguf_path(), with_tokenizer=False)
     prompt = [504, 3575, 282, 4649, 314]                     # "The capital of France is"
     expected = Reference(loaded).step(prompt)[-1]
-    exact = build(smollm2_gguf_path(), str(tmp_path / "acc0"), context_length=256, num_blocks=32, accuracy_level=0)
-    for model_dir, bound in ((exact, 1e-3), (smollm2_int4_dir, 0.12 * float(np.abs(expected).max()))):
+    exact = build(smollm2_gguf_path(), str(tmp_path / "acc0"), context_length=256, num_blocks=32, accuracy_level=0,
+                  kv_cache="float32")
+    for model_dir, bound, cache in ((exact, 1e-3, np.float32),
+                                    (smollm2_int4_dir, 0.2 * float(np.abs(expected).max()), np.float16)):
         runner = PagedRunner(onnx.load(f"{model_dir}/model.onnx"), loaded.spec, block_size=16, num_blocks=4,
-                             reserve_ahead=0)
+                             reserve_ahead=0, cache_dtype=cache)
         got = runner.step([("p", prompt)])[0]
         difference = float(np.abs(got - expected).max())
         print(f"SmolLM2 {model_dir}: last-token logits max abs diff {difference:.2e}")

@@ -271,15 +271,23 @@ def test_eos_inside_continuation_input_is_ordinary_context(engine):
 
 
 def test_destroying_the_engine_variable_keeps_requests_safe():
-    # The Python objects may keep the engine alive or turn requests into tombstones; either way
-    # using a request afterwards must not crash and must not silently generate.
+    # Releasing the last reference to the engine destroys it; its requests become tombstones:
+    # every use raises (nothing crashes, nothing generates) and close stays idempotent.
     _, engine = make_engine()
     r = engine.create_request()
     r.begin_turn([5, 9, 13], turn_options(r, max_gen=1))
     del engine
     gc.collect()
+    with pytest.raises(RuntimeError, match="Cannot use a closed request"):
+        r.begin_turn([1, 2], turn_options(r, max_gen=1))
+    with pytest.raises(RuntimeError, match="Cannot cancel after the request's engine has been destroyed"):
+        r.cancel_turn(1)
+    with pytest.raises(RuntimeError, match="Cannot rewind a closed request"):
+        r.rewind_to_start_of_turn(1)
     r.close()
     r.close()
+    with pytest.raises(RuntimeError, match="Cannot use a closed request"):
+        r.set_draft_tokens([3])
 
 
 def test_cancel_merges_into_the_retained_token_event(engine):

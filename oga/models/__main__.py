@@ -35,6 +35,9 @@ def make_parser() -> argparse.ArgumentParser:
                         "blocks repacked exactly, everything else quantized round-to-nearest in blocks of 32; the "
                         "LM head 8-bit) or fp32 (default: a GGUF keeps its own Q4_0 / Q4_1 / Q8_0 blocks, "
                         "everything else fp32)")
+    b.add_argument("--kv-cache", choices=("float16", "float32"),
+                   help="KV cache type of the fused cpu graph (default: float16 when the linear weights are "
+                        "quantized, float32 otherwise)")
     b.add_argument("--accuracy-level", type=int, choices=range(5), default=4, metavar="{0..4}",
                    help="MatMulNBits accuracy_level: 4 = int8 activations (default), 0 = as ONNX Runtime picks")
     b.add_argument("--block-size", type=_positive, help="KV block size (default 16 on cpu, 256 on cuda)")
@@ -142,7 +145,7 @@ def main(argv=None) -> int:
                     context_length=args.context_length, per_token_logits=args.per_token_logits,
                     logits_indices=args.logits_indices, chunk_size=args.chunk_size,
                     state_capture=args.state_capture, random_spec=spec, graph=args.graph,
-                    precision=args.precision, accuracy_level=args.accuracy_level,
+                    precision=args.precision, accuracy_level=args.accuracy_level, kv_cache=args.kv_cache,
                     seed=args.seed, progress=True)
     except (ValueError, FileNotFoundError, NotImplementedError, OSError) as exc:
         print(f"python -m oga.models build: error: {exc}", file=sys.stderr)

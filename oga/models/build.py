@@ -60,7 +60,7 @@ GRAPHS = ("fused", "standard")
 def build_graph(loaded: LoadedModel, *, target: str, block_size: int, context_length: int,
                 per_token_logits: bool = False, logits_indices: bool = False, state_capture: bool | None = None,
                 graph: str = "fused", precision: str | None = None,
-                accuracy_level: int = DEFAULT_ACCURACY_LEVEL):
+                accuracy_level: int = DEFAULT_ACCURACY_LEVEL, kv_cache: str | None = None):
     """The decoder ModelProto for `target` ("cpu" or "cuda"); on cpu, `graph` "fused" (oga's
     operators, any precision) or "standard" (standard ONNX ops, fp32, also loads in onnxruntime-genai)."""
     if target == "cpu" and graph == "fused":
@@ -68,7 +68,7 @@ def build_graph(loaded: LoadedModel, *, target: str, block_size: int, context_le
         return build_cpu_fused_graph(loaded.spec, loaded.weights, blocks=loaded.blocks, precision=precision,
                                      accuracy_level=accuracy_level, block_size=block_size,
                                      context_length=context_length, per_token_logits=per_token_logits,
-                                     logits_indices=logits_indices, state_capture=state_capture)
+                                     logits_indices=logits_indices, state_capture=state_capture, kv_cache=kv_cache)
     if target == "cpu":
         from .onnx_cpu import build_cpu_graph
         return build_cpu_graph(loaded.spec, loaded.weights, block_size=block_size,
@@ -126,7 +126,7 @@ def build(source, output_dir, *, target: str = "cpu", block_size: int | None = N
           per_token_logits: bool = False, logits_indices: bool = False, chunk_size: int | None = None,
           state_capture: bool | None = None, random_spec: DecoderSpec | None = None, seed: int = 0,
           graph: str = "fused", precision: str | None = None, accuracy_level: int = DEFAULT_ACCURACY_LEVEL,
-          progress: bool = False) -> str:
+          kv_cache: str | None = None, progress: bool = False) -> str:
     """Build a model directory at `output_dir` and return its path.
 
     `source`: a GGUF file, a Hugging Face directory (config.json + *.safetensors), or None with
@@ -144,7 +144,8 @@ def build(source, output_dir, *, target: str = "cpu", block_size: int | None = N
     onnx_cpu_fused) or "standard" (standard ONNX ops only, fp32: the variant onnxruntime-genai 0.18
     can run too). `precision` (fused cpu graph): None (a GGUF keeps its Q4_0 / Q4_1 / Q8_0 blocks,
     everything else fp32), "int4", "int8" or "fp32" (see linear_weights.py); `accuracy_level` is
-    MatMulNBits' (4: int8 activations).
+    MatMulNBits' (4: int8 activations). `kv_cache` (fused cpu graph): "float16" or "float32" KV
+    caches (default: float16 when the linear weights are quantized, float32 otherwise).
     """
     if target not in ("cpu", "cuda"):
         raise ValueError(f"target must be 'cpu' or 'cuda', got {target!r}")
@@ -152,6 +153,9 @@ def build(source, output_dir, *, target: str = "cpu", block_size: int | None = N
         raise ValueError(f"graph must be one of {', '.join(GRAPHS)}, got {graph!r}")
     check_precision(precision)
     check_accuracy_level(accuracy_level)
+    if kv_cache is not None and not (target == "cpu" and graph == "fused"):
+        raise ValueError("kv_cache is chosen for the cpu target's fused graph only (the standard cpu graph keeps "
+                         "float32 caches, the cuda graph float16)")
     if precision not in (None, "fp32") and not (target == "cpu" and graph == "fused"):
         raise ValueError(f"precision {precision!r} is built for the cpu target's fused graph only (the standard "
                          "cpu graph is fp32, the cuda graph fp16)")
@@ -185,7 +189,7 @@ def build(source, output_dir, *, target: str = "cpu", block_size: int | None = N
     model = build_graph(loaded, target=target, block_size=block_size, context_length=context_length,
                         per_token_logits=per_token_logits, logits_indices=logits_indices,
                         state_capture=state_capture, graph=graph, precision=precision,
-                        accuracy_level=accuracy_level)
+                        accuracy_level=accuracy_level, kv_cache=kv_cache)
     del loaded.weights, loaded.blocks                     # the graph holds its own copies
 
     os.makedirs(output_dir, exist_ok=True)

@@ -759,9 +759,12 @@ def _recurrent_layer(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, fi:
 # --------------------------------------------------------------------------------------------
 
 def declare_io(g: GraphBuilder, spec: DecoderSpec, block_size: int, cache_type: int, logits_type: int,
-               per_token_logits: bool, logits_indices: bool, state_capture: bool = False):
+               per_token_logits: bool, logits_indices: bool, state_capture: bool = False,
+               fixed_state_type: int | None = None):
     """Graph inputs and outputs of OGA's paged contract (shared by the CPU and CUDA builders);
-    `state_capture` adds the per-token fixed state outputs (see the module docstring)."""
+    `state_capture` adds the per-token fixed state outputs (see the module docstring). Fixed
+    states have `fixed_state_type` (default: the KV caches' `cache_type`)."""
+    fixed_state_type = cache_type if fixed_state_type is None else fixed_state_type
     if per_token_logits and logits_indices:
         raise ValueError("per_token_logits and logits_indices are mutually exclusive")
     if state_capture and not per_token_logits:
@@ -790,17 +793,17 @@ def declare_io(g: GraphBuilder, spec: DecoderSpec, block_size: int, cache_type: 
         g.input(PAST_VALUE % i, cache_type, cache_shape(i))
     fixed = fixed_state_shapes(spec)
     for past, _, shape in fixed:
-        g.input(past, cache_type, ["batch_size"] + list(shape))
+        g.input(past, fixed_state_type, ["batch_size"] + list(shape))
     rows = "num_logits" if logits_indices else ("num_tokens" if per_token_logits else "batch_size")
     g.output(LOGITS, logits_type, [rows, spec.vocab_size])
     for i in paged:
         g.output(PRESENT_KEY % i, cache_type, cache_shape(i))
         g.output(PRESENT_VALUE % i, cache_type, cache_shape(i))
     for _, present, shape in fixed:
-        g.output(present, cache_type, ["batch_size"] + list(shape))
+        g.output(present, fixed_state_type, ["batch_size"] + list(shape))
     if state_capture:
         for _, present, shape in fixed:
-            g.output(capture_name(present), cache_type, ["num_tokens"] + list(shape))
+            g.output(capture_name(present), fixed_state_type, ["num_tokens"] + list(shape))
 
 
 def fixed_state_shapes(spec: DecoderSpec) -> list[tuple[str, str, tuple[int, ...]]]:

@@ -162,22 +162,36 @@ def g_has(g: GraphBuilder, name: str) -> bool:
     return any(t.name == name for t in g.initializers)
 
 
+KV_CACHE_TYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}
+
+
+def default_kv_cache(blocks, precision) -> str:
+    """float16 KV caches when the linear weights are quantized (a GGUF's own blocks, int4, int8),
+    float32 when they are not: reduced precision only where the weights already have it."""
+    quantized = precision in ("int4", "int8") or (precision is None and bool(blocks))
+    return "float16" if quantized else "float32"
+
+
 def build_cpu_fused_graph(spec: DecoderSpec, weights, *, blocks=None, precision=None,
                           accuracy_level: int = lw.DEFAULT_ACCURACY_LEVEL, block_size: int = 16,
                           context_length: int, per_token_logits: bool = False, logits_indices: bool = False,
-                          state_capture: bool | None = None):
+                          state_capture: bool | None = None, kv_cache: str | None = None):
     """The fused paged decoder as an in-memory ModelProto (see the module docstring). `blocks`: the
     source's exact block-quantized weights (LoadedModel.blocks); `precision` as in
-    linear_weights.py; `context_length` sizes the RoPE tables."""
+    linear_weights.py; `context_length` sizes the RoPE tables; `kv_cache` "float16" or "float32"
+    (None: default_kv_cache)."""
     spec.check()
     lw.check_precision(precision)
     lw.check_accuracy_level(accuracy_level)
     if block_size <= 0:
         raise ValueError(f"block_size must be > 0, got {block_size}")
+    kv_cache = kv_cache or default_kv_cache(blocks, precision)
+    if kv_cache not in KV_CACHE_TYPES:
+        raise ValueError(f"kv_cache must be float16 or float32, got {kv_cache!r}")
     capture = cpu.default_state_capture(spec, per_token_logits, state_capture)
     g = GraphBuilder()
-    cpu.declare_io(g, spec, block_size, TensorProto.FLOAT, TensorProto.FLOAT, per_token_logits, logits_indices,
-                   state_capture=capture)
+    cpu.declare_io(g, spec, block_size, KV_CACHE_TYPES[kv_cache], TensorProto.FLOAT, per_token_logits,
+                   logits_indices, state_capture=capture, fixed_state_type=TensorProto.FLOAT)
     w = _Weights(spec, weights, blocks or {}, precision)
     cos_table, sin_table = rope_tables(spec, int(context_length))
     cos = g.initializer("rotary/cos_cache", cos_table)
@@ -207,7 +221,7 @@ def build_cpu_fused_graph(spec: DecoderSpec, weights, *, blocks=None, precision=
         x, offsets = _mlp(g, spec, i, h, w, accuracy_level)
     _lm_head(g, spec, x, offsets, residual, w, accuracy_level, per_token_logits, logits_indices)
     doc = (f"oga.models fused CPU paged decoder ({spec.architecture}, block_size {block_size}, "
-           f"linear weights {'/'.join(sorted(w.kinds))}, accuracy_level {accuracy_level}")
+           f"linear weights {'/'.join(sorted(w.kinds))}, accuracy_level {accuracy_level}, {kv_cache} KV cache")
     if ring:
         doc += f", sliding-window ring layers {sorted(ring)} of window {spec.sliding_window}"
     if spec.hybrid():
