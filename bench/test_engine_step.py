@@ -29,6 +29,7 @@ def test_decode_step_64_requests(benchmark):
     print(f"\nengine time per 64-request decode step: {engine_ns / steps / 1000.0:.2f} us "
           f"(executor {executor_ns / steps / 1000.0:.2f} us)")
     testing.check_invariants(engine)
+    assert engine_ns / steps / 1000.0 < 20.0
 
 
 def test_decode_step_64_requests_with_event_reads(benchmark):

@@ -19,8 +19,10 @@ nothing is cached; with caching on, every request admitted after the step in whi
 request's whole prompt (shared prefix included) was committed adopts at least 1024 - 16 tokens;
 and the goal, mean TTFT with caching on at least 3x lower than off. The goal depends on admission:
 a scheduler that admits every waiting request in the first step with one token each (as
-onnxruntime-genai 0.18's does, and oga's as it stands) gives all 64 rows before anything is
-indexed, so nothing is adopted.
+onnxruntime-genai 0.18's does) gives all 64 rows before anything is indexed, so nothing is
+adopted; oga's admits a prompt whose next full block another request is still prefilling only once
+that block is indexed (README, "Prefix caching waits for a prefix being computed"), so the
+requests after the first adopt the shared prefix.
 
 Model directory: context_length 2048, block_size 16, num_blocks 64 * 70 (every request of ~1060
 tokens fits without sharing a block), max_batch_size 64, max_scheduled_tokens 512 (the builder's

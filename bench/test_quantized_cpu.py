@@ -43,7 +43,7 @@ def _bench_root():
 
 
 def oga_int4_dir():
-    return cached_model_dir("smollm2-cpu-fused-gguf-blocks-c4096", dict(
+    return cached_model_dir("smollm2-cpu-fused-gguf-blocks-kv16-c4096", dict(
         source=smollm2_gguf(), graph="fused", context_length=4096, max_batch_size=16, num_blocks=2200,
         max_scheduled_tokens=512))
 

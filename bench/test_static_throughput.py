@@ -12,5 +12,6 @@ from workloads import compare_with_onnxruntime_genai
 def test_static_path_vs_onnxruntime_genai(benchmark, requests):
     rng = np.random.default_rng(2)
     prompts = [rng.integers(3, 49152, size=int(n), dtype=np.int32) for n in np.linspace(16, 128, requests)]
-    compare_with_onnxruntime_genai(benchmark, f"static path, {requests} requests", _static_smollm2_dir(), prompts,
+    ratio = compare_with_onnxruntime_genai(benchmark, f"static path, {requests} requests", _static_smollm2_dir(), prompts,
                                    [64] * requests)
+    assert ratio >= 1.0

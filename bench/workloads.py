@@ -93,6 +93,15 @@ def compare_with_onnxruntime_genai(benchmark, label, oga_dir, prompts, budgets, 
     assert tokens == reference_tokens == sum(budgets)
     if same_tokens:
         assert streams == reference_streams  # greedy on the same directory: any difference is a bug
+    else:
+        # different graphs of the same weights: report how many streams agree token for token, and
+        # where the others part
+        same = [streams[i] == reference_streams[i] for i in streams]
+        parts = [next(k for k, (a, b) in enumerate(zip(streams[i], reference_streams[i])) if a != b)
+                 for i in streams if streams[i] != reference_streams[i]]
+        benchmark.extra_info.update(identical_streams=sum(same), streams=len(same))
+        print(f"\n{label}: {sum(same)} of {len(same)} token streams identical"
+              + (f"; the others part at tokens {parts}" if parts else ""))
     ratio = (tokens / seconds) / (reference_tokens / reference_seconds)
     benchmark.extra_info.update(oga_tokens_per_s=tokens / seconds,
                                 ort_genai_tokens_per_s=reference_tokens / reference_seconds, ratio=ratio)

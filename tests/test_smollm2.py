@@ -6,6 +6,7 @@ from tokenizers import Tokenizer
 
 import oga as og
 from oga import testing
+from static_models import smollm2_static_dir  # noqa: F401  (fixture)
 
 PROMPTS = [
     "The capital of France is", "Water boils at a temperature of", "The largest planet in the solar system is",
@@ -150,3 +151,27 @@ def test_json_schema_guidance_gives_valid_json(smollm2_int4_dir):
         assert set(value) == {"city", "country", "population"}
         assert isinstance(value["population"], int) and isinstance(value["city"], str)
     assert streams[requests[0]] == streams[requests[1]]  # greedy: identical rows stay identical
+
+
+def test_the_paged_build_gives_the_tokens_of_ogas_own_build(smollm2_dir, smollm2_static_dir):
+    """oga's standard-op paged build of the GGUF and onnxruntime-genai's own fp32 CPU build of the same
+    weights (GroupQueryAttention, its static engine), token by token: 16 chat prompts, 32 greedy tokens
+    each, concurrently in both engines."""
+    import onnxruntime_genai as og18
+
+    from test_convert import _greedy
+
+    template = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+                "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n")
+    questions = ["What is the capital of Japan?", "Write a haiku about the sea.", "How do plants make food?",
+                 "Name three primary colors.", "What is 12 times 7?", "Why is the sky blue?",
+                 "Give me a tip for learning Python.", "What does a CPU do?", "Who wrote Romeo and Juliet?",
+                 "Describe a cat in one sentence.", "What is the boiling point of water?",
+                 "How many days are in a leap year?", "Suggest a name for a puppy.", "What is photosynthesis?",
+                 "Translate 'thank you' into Spanish.", "What is the largest ocean on Earth?"]
+    tokenizer = Tokenizer.from_file(f"{smollm2_dir}/tokenizer.json")
+    prompts = [tokenizer.encode(template.format(q)).ids for q in questions]
+    ours = _greedy(og, smollm2_dir, prompts, 32)
+    theirs = _greedy(og18, smollm2_static_dir, prompts, 32)
+    assert ours == theirs
+    assert sum(map(len, ours)) > 16 * 16

@@ -66,6 +66,17 @@ def _owner_ops(engine, buf, zero, done, live, fresh, opts):
         "turn_options_set_max": lambda: opts.set_max_generated_tokens(5),
         "turn_options_set_min": lambda: opts.set_min_generated_tokens(1),
         "turn_options_reset": opts.reset,
+        "turn_options_set_do_sample": lambda: opts.set_do_sample(True),
+        "turn_options_set_temperature": lambda: opts.set_temperature(0.5),
+        "turn_options_set_top_p": lambda: opts.set_top_p(0.5),
+        "turn_options_set_top_k": lambda: opts.set_top_k(2),
+        "turn_options_set_repetition_penalty": lambda: opts.set_repetition_penalty(1.5),
+        "turn_options_set_no_repeat_ngram_size": lambda: opts.set_no_repeat_ngram_size(1),
+        "turn_options_set_seed": lambda: opts.set_seed(7),
+        "turn_options_clear_seed": opts.clear_seed,
+        "turn_options_set_stop_strings": lambda: opts.set_stop_strings(["x"]),
+        "turn_options_set_guidance": lambda: opts.set_guidance("regex", "[a-z]+"),
+        "turn_options_clear_guidance": opts.clear_guidance,
         "check_invariants": lambda: ogt.check_invariants(engine),
     }
 
@@ -74,7 +85,10 @@ OP_NAMES = [
     "run", "run_capacity_zero", "run_max_events", "has_pending_requests", "create_request", "create_event_buffer",
     "get_capabilities", "get_speculative_stats", "max_draft_tokens_per_proposal", "begin_turn", "begin_turn_first",
     "cancel_turn", "close", "rewind", "set_draft_tokens", "create_turn_options", "turn_options_set_max",
-    "turn_options_set_min", "turn_options_reset", "check_invariants",
+    "turn_options_set_min", "turn_options_reset", "turn_options_set_do_sample", "turn_options_set_temperature",
+    "turn_options_set_top_p", "turn_options_set_top_k", "turn_options_set_repetition_penalty",
+    "turn_options_set_no_repeat_ngram_size", "turn_options_set_seed", "turn_options_clear_seed",
+    "turn_options_set_stop_strings", "turn_options_set_guidance", "turn_options_clear_guidance", "check_invariants",
 ]
 
 
@@ -245,3 +259,31 @@ def test_run_releases_the_gil():
         sys.setswitchinterval(old)
     assert total > 0.03, "the steps are too short to observe GIL release"
     assert inside >= 5, f"only {inside} worker stamps fell inside {total * 1000:.0f} ms of run"
+
+
+def test_dropping_the_engine_on_another_thread_tears_it_down():
+    """The last reference to an engine released on another thread destroys it there (its executor
+    closed, its requests tombstones that refuse every use clearly), and the model serves a new
+    engine on the owner thread with an untouched engine's streams."""
+    model, engine = make_engine()
+    r = engine.create_request()
+    r.begin_turn([5, 9, 13], turn_options(r, max_gen=4))
+    engine.run(engine.create_event_buffer(8))
+    box = [engine]
+    del engine
+
+    def drop():
+        box.pop()
+        gc.collect()
+
+    _, exc = on_thread(drop)
+    assert exc is None and box == []
+    with pytest.raises(RuntimeError, match="Cannot use a closed request"):
+        r.begin_turn([4], turn_options(r, max_gen=1))
+    r.close()
+    fresh = og.Engine(model)
+    again = fresh.create_request()
+    again.begin_turn([5, 9, 13], turn_options(again, max_gen=4))
+    toks, reason = OracleSequence().turn([5, 9, 13], max_gen=4)
+    assert [key(e) for e in drive(fresh, fresh.create_event_buffer(8))] == expected_turn_events(1, 3, toks, reason)
+

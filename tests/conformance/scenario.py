@@ -21,7 +21,7 @@ index None unless STOP_STRING); ctypes records the raw C outputs (0 / -1).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 # ---------------------------------------------------------------------------------------------
 # Model configurations (test_conformance.py builds each once per session)
@@ -442,13 +442,43 @@ def only(impl: str, action: Action, why: str) -> Action:
 # ---------------------------------------------------------------------------------------------
 # Scenarios
 # ---------------------------------------------------------------------------------------------
+UNPINNED = object()
+
+
 @dataclasses.dataclass(frozen=True)
 class Difference:
     """A recorded item (the record of the action with this label) that may differ from 0.18.
-    `readme` is the name of the bullet under "Deliberate differences" in README.md."""
+    `readme` is the name of the bullet under "Deliberate differences" in README.md. Where only a
+    part of the record differs, `same` projects the part that must still equal 0.18's (e.g. the
+    events of the requests the difference does not concern); `oga` pins oga's own record (when
+    `oga_part` is given, that projection of it), so oga's side of the difference is checked too."""
     readme: str
     why: str
     backends: Tuple[str, ...] = ("python", "ctypes")
+    same: Optional[Callable[[Any], Any]] = None
+    oga: Any = UNPINNED
+    oga_part: Optional[Callable[[Any], Any]] = None
+
+
+def streams(record):
+    """A `same` projection of a run / drain record: each request's tokens and finish reasons, in
+    order (what a caller reads, whatever the steps the events came in and their usage counts)."""
+    out = {}
+    for e in events_of([("", record)]):
+        if isinstance(e, tuple) and len(e) > 4:
+            tokens, reasons = out.setdefault(e[1], ([], []))
+            if e[3] is not None and e[3] != 0 or e[0] & 1:
+                tokens.append(e[3])
+            if e[4]:
+                reasons.append(e[4])
+    return out
+
+
+def events_except(*requests):
+    """A `same` projection of a run / drain record: its events, flattened, without those of `requests`."""
+    def project(record):
+        return [e for e in events_of([("", record)]) if not (isinstance(e, tuple) and len(e) > 1 and e[1] in requests)]
+    return project
 
 
 @dataclasses.dataclass

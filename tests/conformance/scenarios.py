@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scenario import (NULL, Difference, Scenario, all_of, begin, buffer, cancel, capabilities, capi, close, create,
+from scenario import (NULL, events_except, streams, Difference, Scenario, all_of, begin, buffer, cancel, capabilities, capi, close, create,
                       destroy_engine, drafts, drain, engine, engine_from, has_flag, has_reason, ids, max_drafts, model,
                       off_thread, only, out, pending, py, raises, ref, release, release_buffer, release_options,
                       rewind, run, set_option, spec_stats, turn_options)
@@ -622,6 +622,23 @@ sc("prefix_caching_default_across_requests",
    [create("r1"), begin("r1", P8 + [40], max_gen=2), drain(64, label="first"), create("r2"),
     begin("r2", P8 + [40], max_gen=2), drain(64, label="second")], model="chunk",
    expect=lambda recs: any(e[7][2] == 8 for e in _evs(recs)))
+PREFIX_WAIT = "Prefix caching waits for a prefix being computed"
+
+
+def cached_at_finish(record):
+    """{request: cached_prompt_tokens of its TURN_FINISHED event} in a run / drain record."""
+    return {e[1]: e[7][2] for e in _evs([("", record)]) if e[0] & TURN_FINISHED}
+sc("prefix_caching_concurrent_shared_prefix",
+   # two prompts sharing two full blocks (P8), begun together: 0.18 computes the shared blocks for
+   # both; oga admits r2 once r1 has indexed them and adopts them (r2's cached_prompt_tokens 8).
+   # The tokens are the same either way.
+   [create("r1"), create("r2"), begin("r1", P8 + [40], max_gen=3), begin("r2", P8 + [41], max_gen=3),
+    drain(64, label="drain"), create("r3"), begin("r3", P8 + [42], max_gen=2), drain(64, label="later")],
+   model="chunk",
+   differences={"drain": Difference(PREFIX_WAIT, "oga starts r2 after r1's shared blocks are indexed and adopts "
+                                    "them; 0.18 prefills both at once", same=streams,
+                                    oga={"r1": 0, "r2": 8}, oga_part=cached_at_finish)},
+   expect=lambda recs: cached_at_finish(dict(recs)["drain"]) == {"r1": 0, "r2": 0})
 sc("prefix_caching_off_across_requests",
    [create("r1"), begin("r1", P8 + [40], max_gen=2), drain(64, label="first"), create("r2"),
     begin("r2", P8 + [40], max_gen=2), drain(64, label="second")], model="chunk_noprefix")
@@ -964,7 +981,7 @@ sc("guidance_concurrent_with_unguided_peers",
     begin("r2", P_B, max_gen=12), *guided_turn("r3", P_C, "lark_grammar", LARK_HELLO), drain(64, label="drain")],
    model=TOK,
    differences={"drain": Difference(TOKENIZER, "r3's grammar forces 'Hello ' (see guidance_lark_grammar); r1 and "
-                                    "r2 are identical")})
+                                    "r2 are identical", same=events_except("r3"))})
 sc("guidance_with_stop_strings",
    # the regex turn's text is "ld abc..." (guidance_regex): "abc" completes on its third token
    [create("r1"), *guided_turn("r1", P_LONG, "regex", REGEX_LOWER, stop_strings=["abc"]), drain(64)], model=TOK,
@@ -1006,15 +1023,16 @@ sc("guidance_forced_bytes_tokenization",
    # only the first token of their canonical tokenization, which it gets from the tokenizer it was
    # given. 0.18 gives it the model's tokenizer (onnxruntime-extensions: a pre-tokenized word that is
    # in the vocabulary is one token, else BPE merges, of which this fixture has none: "xyz!" ->
-   # "x" "y" "z" "!", "Hello world" -> "Hello" " " "w" "o" "r" "l" "d"); oga's llguidance tokenizer
-   # (src/guidance.cpp) sets use_approximate_greedy_tokenize_fn (longest match: "x" "yz" "!",
-   # "Hello" " wor" "ld")
+   # "x" "y" "z" "!", "Hello world" -> "Hello" " " "w" "o" "r" "l" "d"); oga gives it the tokenizers
+   # package's tokenization, which splits a word without merges into characters: "xyz!" the same
+   # (r1 equal), "Hello world" -> "H" "e" "l" "l" "o" " " "w" ... (r2 starts 92 35 46 46 58)
    [create("r1"), create("r2"),
     *guided_turn("r1", P_LONG, "regex", "(abc|xyz)!"),
     *guided_turn("r2", P_LONG, "lark_grammar", 'start: "Hello" " wor" "ld"'), drain(64, label="drain")], model=TOK,
    differences={"drain": Difference(TOKENIZER, "0.18: r1 'x' 'y' 'z' '!' EOS (71 73 75 96), r2 'Hello' ' ' 'w' 'o' "
                                     "'r' 'l' 'd' EOS (16 30 70 58 61 46 34); oga tokenizes the forced text with the "
-                                    "tokenizers package, which splits a BPE word without merges into characters")})
+                                    "tokenizers package, which splits a BPE word without merges into characters: r1 "
+                                    "alike, r2 'H' 'e' 'l' 'l' 'o' ' ' 'w' ...", same=events_except("r2"))})
 
 # ---------------------------------------------------------------------------------------------
 # Static batching (OGA's CPU build: contiguous caches, attention_mask, waves of at most 4 rows)
@@ -1087,7 +1105,8 @@ static("static_batch_size_overlay",
         run(64, engine="e2", label="third run"), drain(64, engine="e2", label="rest")],
        differences={k: Difference(STATIC_BATCH_SIZE, "0.18 reports the configured size but always batches 4 rows; "
                                   "oga batches engine.static_batching.max_batch_size (2) rows, so the third request "
-                                  "waits for the second wave") for k in ("first run", "second run", "third run", "rest")})
+                                  "waits for the second wave", same=events_except("r3"))
+                    for k in ("first run", "second run", "third run", "rest")})
 
 static("static_stop_strings_rejected",
        # the static model has the SmolLM2 tokenizer, so only the batching mode refuses the turn
@@ -1162,13 +1181,27 @@ def stats_records(label="counts", same=SPEC_SAME):
 NO_PROPOSED = tuple(k for k in SPEC_SAME if k != "draft_tokens_proposed")
 # 0.18 counts draft_tokens_proposed when a proposal is verified; oga when set_draft_tokens accepts it
 # (so a proposal cleared, replaced or discarded by a cancel before any model run counts in oga only)
-PROPOSED_DIFF = Difference(SPEC_STATS, "0.18 counts proposed drafts at verification, oga at set_draft_tokens")
+def proposed_difference(count):
+    return Difference(SPEC_STATS, "0.18 counts proposed drafts at verification, oga at set_draft_tokens",
+                      oga={"draft_tokens_proposed": count})
 
 
-def stats_difference(*labels):
+def stats_difference(pinned):
+    """{label: oga's counts}: the "(oga-filled)" records of stats_records(label), oga's values pinned."""
     return {label + " (oga-filled)": Difference(SPEC_STATS, "0.18 does not count corrections, bonus tokens, "
-                                                "emitted tokens or verification runs of caller-supplied drafts")
-            for label in labels}
+                                                "emitted tokens or verification runs of caller-supplied drafts",
+                                                oga=counts)
+            for label, counts in pinned.items()}
+
+
+def oga_counts(evaluated, corrections, bonus, emitted, verify_runs):
+    """oga's SPEC_OGA counts: drafts verified, correction tokens, bonus tokens, tokens emitted by
+    verification rounds, and model runs that verified drafts (target_forward_passes counts the same)."""
+    return {"draft_tokens_evaluated": evaluated, "correction_tokens": corrections, "bonus_tokens": bonus,
+            "tokens_emitted": emitted, "target_forward_passes": verify_runs, "target_verify_forward_passes": verify_runs}
+
+
+NO_ROUNDS = oga_counts(0, 0, 0, 0, 0)
 
 
 def dsc(name, actions, **kw):
@@ -1188,7 +1221,8 @@ dsc("draft_correct_proposals",
      drafts("r1", G_LONG[1:5], label="4 drafts"), run(64, label="5 tokens"),
      drafts("r1", G_LONG[6:9], label="3 drafts"), run(64, label="4 tokens"),
      drain(64, label="rest")] + stats_records(),
-    differences=stats_difference("counts"),
+    # 4 + 3 drafts, all accepted, each round ending with its bonus token: 5 + 4 tokens
+    differences=stats_difference({"counts": oga_counts(7, 0, 2, 9, 2)}),
     expect=lambda recs: [e[3] for e in _evs(recs) if e[0] & TOKEN] == G_LONG[:16])
 dsc("draft_partly_wrong_proposals",
     [create("r1"), begin("r1", P_LONG, max_gen=12), run(64, label="prefill"),
@@ -1196,7 +1230,8 @@ dsc("draft_partly_wrong_proposals",
      drafts("r1", [1, 1], label="all wrong"), run(64, label="correction only"),
      drafts("r1", G_LONG[5:7] + [7], label="2 right, 1 wrong"), run(64, label="2 accepted + correction 2"),
      drain(64, label="rest")] + stats_records(),
-    differences=stats_difference("counts"),
+    # rounds of 4, 2 and 3 drafts: 2 accepted + correction, correction, 2 accepted + correction
+    differences=stats_difference({"counts": oga_counts(9, 3, 0, 7, 3)}),
     expect=lambda recs: [e[3] for e in _evs(recs) if e[0] & TOKEN] == G_LONG[:12])
 dsc("draft_tokens_overflow_a_small_buffer",
     # 6 token events from one model run into a buffer of 2: the rest is retained and delivered by the
@@ -1207,7 +1242,7 @@ dsc("draft_tokens_overflow_a_small_buffer",
      drafts("r1", G_LONG[7:9], label="drafts while retained"), run(buf="b", label="2 more retained"),
      run(buf="b", label="last 2 retained"), spec_stats(keys=("rounds",), label="rounds still 1"),
      run(buf="b", label="next model run"), drain(buf="b", label="rest")] + stats_records(),
-    differences=stats_difference("counts"),
+    differences=stats_difference({"counts": oga_counts(7, 0, 2, 9, 2)}),
     expect=lambda recs: [e[3] for e in _evs(recs) if e[0] & TOKEN] == G_LONG[:16])
 dsc("draft_proposal_crosses_max_generated",
     # max_generated_tokens 6: after the first token 5 remain, the proposal has 7 correct drafts
@@ -1218,8 +1253,9 @@ dsc("draft_proposal_crosses_max_generated",
     # with 5 tokens left, 0.18 verifies 5 of the 7 drafts and emits them as 5 accepted drafts (a
     # partial-accept round); oga verifies 4 and emits the 5th token as the bonus (a full-accept round);
     # the tokens are the same
-    differences=dict(stats_difference("counts"), accepted=Difference(
-        SPEC_STATS, "0.18 verifies as many drafts as tokens remain; oga one fewer, the last token is the bonus")),
+    differences=dict(stats_difference({"counts": oga_counts(4, 0, 1, 5, 1)}), accepted=Difference(
+        SPEC_STATS, "0.18 verifies as many drafts as tokens remain; oga one fewer, the last token is the bonus",
+        oga={"draft_tokens_accepted": 4, "full_accept_rounds": 1, "partial_accept_rounds": 0})),
     expect=has_reason(MAXGEN_R))
 dsc("draft_proposal_crosses_eos",
     # P_EOS greedy: 4, 81, 64, EOS; drafts past the EOS
@@ -1239,7 +1275,8 @@ dsc("draft_too_many_keeps_previous",
      run(64, label="previous proposal verified"), drafts("r1", [5, 5], label="2 wrong"),
      drafts("r1", [], label="cleared"), run(64, label="one token"), drain(64)]
     + stats_records(same=NO_PROPOSED) + [spec_stats(keys=("draft_tokens_proposed",), label="proposed")],
-    differences=dict(stats_difference("counts"), proposed=PROPOSED_DIFF),
+    # 3 drafts verified, all right, then the bonus; proposed: the 3, and the 2 wrong ones cleared unverified
+    differences=dict(stats_difference({"counts": oga_counts(3, 0, 1, 4, 1)}), proposed=proposed_difference(5)),
     expect=raises("at most 7 draft tokens"))
 dsc("draft_rejected_turn_policies",
     [create("r1"), create("r2"), create("r3"),
@@ -1274,7 +1311,8 @@ dsc("draft_cancel_with_pending_proposal",
      pending(), drafts("r1", [5], label="after cancel"), begin("r1", [5], max_gen=3, label="next turn"),
      drain(64, label="next turn runs")]
     + stats_records(same=NO_PROPOSED) + [spec_stats(keys=("draft_tokens_proposed",), label="proposed")],
-    differences=dict(stats_difference("counts"), proposed=PROPOSED_DIFF),
+    # the 4 drafts are cancelled before any model run: proposed, never verified
+    differences=dict(stats_difference({"counts": NO_ROUNDS}), proposed=proposed_difference(4)),
     expect=has_reason(CANCELLED_R))
 dsc("draft_speculative_stats",
     # the counts oga fills, after a few rounds (one all-right, one partly wrong, one all-wrong)
@@ -1284,7 +1322,9 @@ dsc("draft_speculative_stats",
      drafts("r1", G_LONG[5:7] + [1, 1], label="2 right 2 wrong"), run(64, label="round 2"),
      drafts("r1", [1], label="1 wrong"), run(64, label="round 3"),
      *stats_records("after 3 rounds"), drain(64), *stats_records("after drain")],
-    differences=stats_difference("before drafts", "after 3 rounds", "after drain"),
+    # round 1: 3 accepted + bonus; round 2: 2 accepted + correction; round 3: correction
+    differences=stats_difference({"before drafts": NO_ROUNDS, "after 3 rounds": oga_counts(8, 2, 1, 8, 3),
+                                  "after drain": oga_counts(8, 2, 1, 8, 3)}),
     expect=lambda recs: [e[3] for e in _evs(recs) if e[0] & TOKEN] == G_LONG[:20])
 
 # ---------------------------------------------------------------------------------------------
