@@ -91,14 +91,6 @@ float ExpShiftedSum(float* x, int n, float shift) {
   return sum;
 }
 
-bool CpuHasAvx2FmaF16c() {
-#if defined(__x86_64__) || defined(_M_X64)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#else
-  return false;
-#endif
-}
 
 }  // namespace
 

@@ -11,6 +11,9 @@
 
 namespace ortops {
 
+// Whether this CPU runs the vector loops (AVX2, FMA and F16C; x86-64 only).
+bool CpuHasAvx2FmaF16c();
+
 // True when the portable loops are forced (OGA_ORTOPS_PORTABLE=1 at load, or OgaOrtOpsSetPortable).
 bool PortableForced();
 void SetPortableForced(bool forced);

@@ -4,7 +4,6 @@
 #include "library_state.h"
 
 #include <cmath>
-#include <cstring>
 
 namespace ortops {
 
@@ -38,14 +37,6 @@ void AddBlockOffsets(const float* x, int64_t k, const uint16_t* C, int64_t n, fl
   }
 }
 
-bool CpuHasAvx2FmaF16c() {
-#if defined(__x86_64__) || defined(_M_X64)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#else
-  return false;
-#endif
-}
 
 }  // namespace
 

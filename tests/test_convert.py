@@ -11,7 +11,7 @@ import onnx
 import pytest
 
 import oga as og
-from oga import testing
+from greedy_runs import begin_all, drain, greedy
 from oga.models import ConversionError, convert
 from static_models import (smollm2_int4_static_dir, smollm2_static_dir, tiny_llama_int4_static_dir,  # noqa: F401
                            tiny_llama_static_dir)
@@ -22,58 +22,22 @@ SMOLLM2_PROMPTS = ["The capital of France is", "def fibonacci(n):", "1, 2, 3, 4,
                    "Once upon a time, there was a"]
 
 
-def _greedy(og_module, model_dir, prompts, max_new):
-    """Every prompt concurrently, greedy, up to max_new tokens (an EOS ends a turn). Returns the
-    tokens of each."""
-    engine = og_module.Engine(og_module.Model(str(model_dir)))
-    requests = []
-    for prompt in prompts:
-        request = engine.create_request()
-        options = og_module.TurnOptions(request)
-        options.set_max_generated_tokens(max_new)
-        request.begin_turn(np.asarray(prompt, np.int32), options)
-        requests.append(request)
-    return _drain(og_module, engine, requests)
-
-
-def _drain(og_module, engine, requests):
-    tokens = {}
-    buffer = engine.create_event_buffer(16)
-    for _ in range(5000):
-        if not engine.has_pending_requests():
-            return [tokens.get(id(r), []) for r in requests]
-        for event in engine.run(buffer):
-            assert event.request is not None, event.flags
-            assert not event.flags & og_module.EngineEventFlags.FAILED, event.error_code
-            if event.flags & og_module.EngineEventFlags.TOKEN:
-                tokens.setdefault(id(event.request), []).append(event.token)
-        if og_module is og:
-            testing.check_invariants(engine)
-    raise AssertionError("the engine did not finish")
-
-
 def _compare_with_018(original, converted, prompts, max_new, continuation):
     """oga on the converted directory against 0.18 on the original: each prompt's first turn, then a
     continuation turn on the same requests (oga keeps their caches). 0.18's static path cannot
     continue a request, so its second turn is a new request whose prompt is the whole history."""
     import onnxruntime_genai as og18
 
-    first = _greedy(og18, original, prompts, max_new)
-    second = _greedy(og18, original, [p + t + continuation for p, t in zip(prompts, first)], max_new)
+    first = greedy(og18, original, prompts, max_new)
+    second = greedy(og18, original, [p + t + continuation for p, t in zip(prompts, first)], max_new)
     engine = og.Engine(og.Model(str(converted)))
-    requests = []
-    for prompt in prompts:
-        request = engine.create_request()
-        options = og.TurnOptions(request)
-        options.set_max_generated_tokens(max_new)
-        request.begin_turn(prompt, options)
-        requests.append(request)
-    got_first = _drain(og, engine, requests)
+    requests = begin_all(og, engine, prompts, max_new)
+    got_first = drain(og, engine, requests)
     for request in requests:
         options = og.TurnOptions(request)
         options.set_max_generated_tokens(max_new)
         request.begin_turn(continuation, options)
-    got_second = _drain(og, engine, requests)
+    got_second = drain(og, engine, requests)
     assert got_first == first
     assert got_second == second
     return first, second
@@ -179,8 +143,8 @@ def test_converted_smollm2_equals_018_on_the_original(smollm2_static_dir, smollm
     import onnxruntime_genai as og18
 
     dst = _converted(smollm2_int4_static_dir, tmp_path, "int4")
-    expected = _greedy(og18, smollm2_int4_static_dir, prompts, 16)
-    got = _greedy(og, dst, prompts, 16)
+    expected = greedy(og18, smollm2_int4_static_dir, prompts, 16)
+    got = greedy(og, dst, prompts, 16)
     clear = 0
     for prompt, want, have in zip(prompts, expected, got):
         reference = _contiguous_logits(smollm2_int4_static_dir, prompt)

@@ -23,6 +23,7 @@ from oga.models.reference import rope_inv_freq as reference_inv_freq
 from oga.models.spec import DecoderSpec
 
 from conftest import smollm2_gguf_path
+from greedy_runs import greedy as engine_greedy
 from paged_runner import PagedRunner, ReferenceRows
 
 BLOCK = 4
@@ -316,23 +317,7 @@ def test_build_from_a_hugging_face_directory_with_external_data(tmp_path, monkey
 
 def _run_018(model_dir, prompts, n):
     import onnxruntime_genai as og
-    engine = og.Engine(og.Model(str(model_dir)))
-    requests = []
-    for prompt in prompts:
-        request = engine.create_request()
-        options = og.TurnOptions(request)
-        options.set_max_generated_tokens(n)
-        request.begin_turn(np.asarray(prompt, np.int32), options)
-        requests.append(request)
-    tokens = {}
-    buffer = engine.create_event_buffer(16)
-    while engine.has_pending_requests():
-        for event in engine.run(buffer):
-            assert event.request is not None, (event.flags, event.error_code)
-            assert not event.flags & og.EngineEventFlags.FAILED, event.error_code
-            if event.flags & og.EngineEventFlags.TOKEN:
-                tokens.setdefault(event.request, []).append(event.token)
-    return [tokens.get(r, []) for r in requests]
+    return engine_greedy(og, model_dir, prompts, n)
 
 
 PROMPTS_018 = [[5, 9, 13], [7] * 20, [11, 12, 13, 14, 15, 16, 17, 18, 19], list(range(3, 50)), [3, 4]]

@@ -159,7 +159,7 @@ def test_the_paged_build_gives_the_tokens_of_ogas_own_build(smollm2_dir, smollm2
     each, concurrently in both engines."""
     import onnxruntime_genai as og18
 
-    from test_convert import _greedy
+    from greedy_runs import greedy
 
     template = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
                 "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n")
@@ -171,7 +171,7 @@ def test_the_paged_build_gives_the_tokens_of_ogas_own_build(smollm2_dir, smollm2
                  "Translate 'thank you' into Spanish.", "What is the largest ocean on Earth?"]
     tokenizer = Tokenizer.from_file(f"{smollm2_dir}/tokenizer.json")
     prompts = [tokenizer.encode(template.format(q)).ids for q in questions]
-    ours = _greedy(og, smollm2_dir, prompts, 32)
-    theirs = _greedy(og18, smollm2_static_dir, prompts, 32)
+    ours = greedy(og, smollm2_dir, prompts, 32)
+    theirs = greedy(og18, smollm2_static_dir, prompts, 32)
     assert ours == theirs
     assert sum(map(len, ours)) > 16 * 16
