@@ -23,6 +23,7 @@ from oga.models.onnx_cpu_fused import build_cpu_fused_graph
 from oga.models.random_weights import random_model, tiny_spec
 from oga.models.reference import Reference
 from oga.models.spec import LoadedModel
+from greedy_runs import begin_all, drain
 from paged_runner import BLOCK, NUM_BLOCKS, PagedRunner, ReferenceRows
 
 QUANT_TOL = 2e-4
@@ -176,18 +177,7 @@ def test_the_engine_updates_the_fused_caches_in_place(tmp_path):
                 block_size=4, max_batch_size=4, max_scheduled_tokens=16, num_blocks=64)
     engine = og.Engine(og.Model(out))
     copies = ortops.cache_copies()
-    requests = []
-    for prompt in ([5, 9, 13], list(range(3, 40)), [7] * 20):
-        request = engine.create_request()
-        options = og.TurnOptions(request)
-        options.set_max_generated_tokens(20)
-        request.begin_turn(prompt, options)
-        requests.append(request)
-    buffer = engine.create_event_buffer(16)
-    steps = 0
-    while engine.has_pending_requests():
-        engine.run(buffer)
-        testing.check_invariants(engine)
-        steps += 1
-    assert steps > 20 and testing.engine_counters(engine)["committed_steps"] > 20
+    requests = begin_all(og, engine, ([5, 9, 13], list(range(3, 40)), [7] * 20), 20)
+    drain(og, engine, requests)                     # checks the engine's invariants after every step
+    assert testing.engine_counters(engine)["committed_steps"] > 20
     assert ortops.cache_copies() == copies
