@@ -28,7 +28,7 @@ import pytest
 
 import llama_cpp_peer
 import step_timing
-from workloads import cached_model_dir, chat_prompts, run_turns, smollm2_gguf
+from workloads import bench_cache_root, cached_model_dir, chat_prompts, run_turns, smollm2_gguf
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from static_models import build_smollm2, set_search_max_length  # noqa: E402
@@ -36,10 +36,6 @@ from static_models import build_smollm2, set_search_max_length  # noqa: E402
 NEW_TOKENS = 64
 CONTEXTS = (128, 512, 2048)
 PREFILL = 2048
-
-
-def _bench_root():
-    return os.environ.get("OGA_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "oga", "bench"))
 
 
 def oga_int4_dir():
@@ -57,9 +53,7 @@ def oga_fp32_standard_dir():
 def ort_genai_int4_dir(max_length=1024):
     """OGA's own int4 CPU build of SmolLM2 (its search.max_length set to `max_length`: 0.18 allocates
     that much cache per request)."""
-    base = os.path.join(_bench_root(), "smollm2-oga-builder-cpu-int4")
-    if not os.path.isfile(os.path.join(base, ".complete")):
-        build_smollm2(base, precision="int4")
+    base = build_smollm2(os.path.join(bench_cache_root(), "smollm2-oga-builder-cpu-int4"), precision="int4")
     out = f"{base}-max{max_length}"
     if not os.path.isfile(os.path.join(out, ".complete")):
         shutil.rmtree(out, ignore_errors=True)

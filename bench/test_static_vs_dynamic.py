@@ -11,16 +11,11 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from static_models import build_smollm2  # noqa: E402
 from test_throughput import MODELS  # noqa: E402
-from workloads import compare_with_onnxruntime_genai  # noqa: E402
+from workloads import bench_cache_root, compare_with_onnxruntime_genai  # noqa: E402
 
 
 def _static_smollm2_dir():
-    root = os.environ.get("OGA_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "oga", "bench"))
-    out = os.path.join(root, "smollm2-oga-builder-cpu-static")
-    if not os.path.isfile(os.path.join(out, ".complete")):
-        build_smollm2(out)
-        open(os.path.join(out, ".complete"), "w").close()
-    return out
+    return build_smollm2(os.path.join(bench_cache_root(), "smollm2-oga-builder-cpu-static"))   # built once per machine
 
 
 def test_oga_dynamic_vs_onnxruntime_genai_static(benchmark):

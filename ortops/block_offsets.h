@@ -11,6 +11,8 @@
 #ifndef OGA_ORTOPS_BLOCK_OFFSETS_H_
 #define OGA_ORTOPS_BLOCK_OFFSETS_H_
 
+#include <cstring>
+
 #include "op_kernel.h"
 #include "row_math.h"
 
@@ -24,6 +26,14 @@ class BlockOffsets {
   bool present() const { return x_ != nullptr; }
   // Adds the offsets of row r to y (columns floats).
   void AddTo(int64_t r, float* y) const { math_->add_block_offsets(x_ + r * k_, k_, weights_, columns_, y); }
+  // Row r of the output with its offsets: y itself when there are none, else `scratch` (columns
+  // floats) holding a copy of y with them added. y is never written.
+  const float* Corrected(int64_t r, const float* y, float* scratch) const {
+    if (!present()) return y;
+    std::memcpy(scratch, y, sizeof(float) * columns_);
+    AddTo(r, scratch);
+    return scratch;
+  }
 
  private:
   const float* x_ = nullptr;

@@ -43,7 +43,7 @@ Half FloatToHalf(float f) {
     if (magnitude < 0x33000000u) return static_cast<Half>(sign);  // below half of 2^-24: 0
     const uint32_t exponent = magnitude >> 23;
     const uint32_t mantissa = (magnitude & 0x7FFFFFu) | 0x800000u;
-    const uint32_t shift = 126 - exponent;                        // 14 - (exponent - 127) + 13 - 1... to 2^-24 units
+    const uint32_t shift = 126 - exponent;       // the value in units of 2^-24: mantissa x 2^(exponent - 126)
     const uint32_t value = mantissa >> shift;
     const uint32_t rest = mantissa & ((1u << shift) - 1), halfway = 1u << (shift - 1);
     const uint32_t rounded = value + (rest > halfway || (rest == halfway && (value & 1u)));

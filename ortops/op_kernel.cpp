@@ -6,20 +6,12 @@ namespace ortops {
 
 using namespace ortapi;
 
-namespace {
-
-template <typename Fn>
-Fn Api(const OrtApi* api, Slot slot) {
-  return Entry<Fn>(api, slot);
-}
-
-}  // namespace
-
 void CheckStatus(const OrtApi* api, OrtStatus* status, const char* what) {
   if (status == nullptr) return;
-  std::string message = std::string(what) + ": " + Api<const char* (*)(const OrtStatus*)>(api, kGetErrorMessage)(status);
-  int code = Api<int (*)(const OrtStatus*)>(api, kGetErrorCode)(status);
-  Api<void (*)(OrtStatus*)>(api, kReleaseStatus)(status);
+  const char* text = Entry<const char* (*)(const OrtStatus*)>(api, kGetErrorMessage)(status);
+  std::string message = std::string(what) + ": " + text;
+  int code = Entry<int (*)(const OrtStatus*)>(api, kGetErrorCode)(status);
+  Entry<void (*)(OrtStatus*)>(api, kReleaseStatus)(status);
   throw OpError(message, code == kInvalidArgument ? kInvalidArgument : kFail);
 }
 
@@ -61,10 +53,10 @@ void RequireTensor(const Tensor& t, const char* name, ElementType type, size_t r
 // ---- KernelInfo ---------------------------------------------------------------------------------
 
 bool KernelInfo::TryInt(const char* name, int64_t* out) const {
-  OrtStatus* status = Api<OrtStatus* (*)(const OrtKernelInfo*, const char*, int64_t*)>(
+  OrtStatus* status = Entry<OrtStatus* (*)(const OrtKernelInfo*, const char*, int64_t*)>(
       api_, kKernelInfoGetAttributeInt64)(info_, name, out);
   if (status == nullptr) return true;
-  Api<void (*)(OrtStatus*)>(api_, kReleaseStatus)(status);
+  Entry<void (*)(OrtStatus*)>(api_, kReleaseStatus)(status);
   return false;
 }
 
@@ -81,15 +73,15 @@ int64_t KernelInfo::Int(const char* name, int64_t fallback) const {
 
 float KernelInfo::Float(const char* name, float fallback) const {
   float value = 0;
-  OrtStatus* status = Api<OrtStatus* (*)(const OrtKernelInfo*, const char*, float*)>(
+  OrtStatus* status = Entry<OrtStatus* (*)(const OrtKernelInfo*, const char*, float*)>(
       api_, kKernelInfoGetAttributeFloat)(info_, name, &value);
   if (status == nullptr) return value;
-  Api<void (*)(OrtStatus*)>(api_, kReleaseStatus)(status);
+  Entry<void (*)(OrtStatus*)>(api_, kReleaseStatus)(status);
   return fallback;
 }
 
 std::string KernelInfo::NodeName() const {
-  auto get = Api<OrtStatus* (*)(const OrtKernelInfo*, char*, size_t*)>(api_, kKernelInfoGetNodeName);
+  auto get = Entry<OrtStatus* (*)(const OrtKernelInfo*, char*, size_t*)>(api_, kKernelInfoGetNodeName);
   size_t size = 0;
   CheckStatus(api_, get(info_, nullptr, &size), "KernelInfo_GetNodeName");
   std::string name(size, '\0');
@@ -105,21 +97,21 @@ namespace {
 Tensor Describe(const OrtApi* api, OrtValue* value) {
   Tensor t;
   OrtTensorTypeAndShapeInfo* info = nullptr;
-  CheckStatus(api, Api<OrtStatus* (*)(const OrtValue*, OrtTensorTypeAndShapeInfo**)>(api, kGetTensorTypeAndShape)(
+  CheckStatus(api, Entry<OrtStatus* (*)(const OrtValue*, OrtTensorTypeAndShapeInfo**)>(api, kGetTensorTypeAndShape)(
                        value, &info),
               "GetTensorTypeAndShape");
-  auto release = Api<void (*)(OrtTensorTypeAndShapeInfo*)>(api, kReleaseTensorTypeAndShapeInfo);
+  auto release = Entry<void (*)(OrtTensorTypeAndShapeInfo*)>(api, kReleaseTensorTypeAndShapeInfo);
   try {
     int type = 0;
     size_t rank = 0;
-    CheckStatus(api, Api<OrtStatus* (*)(const OrtTensorTypeAndShapeInfo*, int*)>(api, kGetTensorElementType)(
+    CheckStatus(api, Entry<OrtStatus* (*)(const OrtTensorTypeAndShapeInfo*, int*)>(api, kGetTensorElementType)(
                          info, &type),
                 "GetTensorElementType");
-    CheckStatus(api, Api<OrtStatus* (*)(const OrtTensorTypeAndShapeInfo*, size_t*)>(api, kGetDimensionsCount)(
+    CheckStatus(api, Entry<OrtStatus* (*)(const OrtTensorTypeAndShapeInfo*, size_t*)>(api, kGetDimensionsCount)(
                          info, &rank),
                 "GetDimensionsCount");
     t.shape.resize(rank);
-    CheckStatus(api, Api<OrtStatus* (*)(const OrtTensorTypeAndShapeInfo*, int64_t*, size_t)>(api, kGetDimensions)(
+    CheckStatus(api, Entry<OrtStatus* (*)(const OrtTensorTypeAndShapeInfo*, int64_t*, size_t)>(api, kGetDimensions)(
                          info, t.shape.data(), rank),
                 "GetDimensions");
     t.type = static_cast<ElementType>(type);
@@ -128,7 +120,7 @@ Tensor Describe(const OrtApi* api, OrtValue* value) {
     throw;
   }
   release(info);
-  CheckStatus(api, Api<OrtStatus* (*)(OrtValue*, void**)>(api, kGetTensorMutableData)(value, &t.data),
+  CheckStatus(api, Entry<OrtStatus* (*)(OrtValue*, void**)>(api, kGetTensorMutableData)(value, &t.data),
               "GetTensorMutableData");
   return t;
 }
@@ -136,7 +128,7 @@ Tensor Describe(const OrtApi* api, OrtValue* value) {
 }  // namespace
 
 KernelCall::KernelCall(const OrtApi* api, OrtKernelContext* context) : api_(api), context_(context) {
-  CheckStatus(api_, Api<OrtStatus* (*)(const OrtKernelContext*, size_t*)>(api_, kKernelContextGetInputCount)(
+  CheckStatus(api_, Entry<OrtStatus* (*)(const OrtKernelContext*, size_t*)>(api_, kKernelContextGetInputCount)(
                         context_, &input_count_),
               "KernelContext_GetInputCount");
 }
@@ -144,7 +136,7 @@ KernelCall::KernelCall(const OrtApi* api, OrtKernelContext* context) : api_(api)
 Tensor KernelCall::Input(size_t index) const {
   if (index >= InputCount()) return Tensor{};
   const OrtValue* value = nullptr;
-  CheckStatus(api_, Api<OrtStatus* (*)(const OrtKernelContext*, size_t, const OrtValue**)>(
+  CheckStatus(api_, Entry<OrtStatus* (*)(const OrtKernelContext*, size_t, const OrtValue**)>(
                         api_, kKernelContextGetInput)(context_, index, &value),
               "KernelContext_GetInput");
   if (value == nullptr) return Tensor{};
@@ -153,7 +145,7 @@ Tensor KernelCall::Input(size_t index) const {
 
 Tensor KernelCall::Output(size_t index, const Shape& shape) {
   OrtValue* value = nullptr;
-  CheckStatus(api_, Api<OrtStatus* (*)(OrtKernelContext*, size_t, const int64_t*, size_t, OrtValue**)>(
+  CheckStatus(api_, Entry<OrtStatus* (*)(OrtKernelContext*, size_t, const int64_t*, size_t, OrtValue**)>(
                         api_, kKernelContextGetOutput)(context_, index, shape.data(), shape.size(), &value),
               "KernelContext_GetOutput");
   if (value == nullptr) throw OpError("output " + std::to_string(index) + " is not available", kFail);
@@ -166,7 +158,7 @@ void KernelCall::RunParallel(size_t count, void (*body)(void*, size_t), void* st
     body(state, 0);
     return;
   }
-  CheckStatus(api_, Api<OrtStatus* (*)(const OrtKernelContext*, void (*)(void*, size_t), size_t, size_t, void*)>(
+  CheckStatus(api_, Entry<OrtStatus* (*)(const OrtKernelContext*, void (*)(void*, size_t), size_t, size_t, void*)>(
                         api_, kKernelContextParallelFor)(context_, body, count, 0, state),
               "KernelContext_ParallelFor");
 }

@@ -210,31 +210,17 @@ class OpDescriptor {
                            void** kernel) -> ortapi::OrtStatus* {
       KernelInfo ki(api, info);
       std::string node;
-      try {
+      return Guarded(api, node, [&] {
         node = ki.NodeName();
         *kernel = new Instance{api, node, Op(ki)};
-        return nullptr;
-      } catch (const OpError& e) {
-        return Fail(api, node, e.what(), e.code());
-      } catch (const std::bad_alloc&) {
-        return Fail(api, node, "out of memory", ortapi::kFail);
-      } catch (const std::exception& e) {
-        return Fail(api, node, e.what(), ortapi::kFail);
-      }
+      });
     };
     op.KernelComputeV2 = [](void* kernel, ortapi::OrtKernelContext* context) -> ortapi::OrtStatus* {
       Instance* self = static_cast<Instance*>(kernel);
-      try {
+      return Guarded(self->api, self->node, [&] {
         KernelCall call(self->api, context);
         self->op.Compute(call);
-        return nullptr;
-      } catch (const OpError& e) {
-        return Fail(self->api, self->node, e.what(), e.code());
-      } catch (const std::bad_alloc&) {
-        return Fail(self->api, self->node, "out of memory", ortapi::kFail);
-      } catch (const std::exception& e) {
-        return Fail(self->api, self->node, e.what(), ortapi::kFail);
-      }
+      });
     };
     op.KernelDestroy = [](void* kernel) { delete static_cast<Instance*>(kernel); };
     op.GetStartVersion = [](const ortapi::OrtCustomOp*) { return 1; };
@@ -247,6 +233,22 @@ class OpDescriptor {
     std::string node;
     Op op;
   };
+
+  // Runs fn; what it throws becomes the OrtStatus ONNX Runtime reports (NULL: success). `node` is
+  // read after fn fails, so fn may fill it in.
+  template <typename Fn>
+  static ortapi::OrtStatus* Guarded(const OrtApi* api, const std::string& node, Fn&& fn) {
+    try {
+      fn();
+      return nullptr;
+    } catch (const OpError& e) {
+      return Fail(api, node, e.what(), e.code());
+    } catch (const std::bad_alloc&) {
+      return Fail(api, node, "out of memory", ortapi::kFail);
+    } catch (const std::exception& e) {
+      return Fail(api, node, e.what(), ortapi::kFail);
+    }
+  }
 
   static ortapi::OrtStatus* Fail(const OrtApi* api, const std::string& node, const char* what, int code) {
     std::string message = std::string("oga.") + Op::kName;

@@ -8,8 +8,9 @@
  * kMinimumApiVersion on. The library asks for exactly that version at registration, so an older
  * runtime refuses it cleanly instead of calling past the end of its table.
  *
- * The slot indices below were counted from ORT's published header and every one is exercised by
- * tests/test_ort_operators.py (a wrong slot calls the wrong function and the tests fail).
+ * The slot indices below were counted from ORT's published header. Every one but
+ * ReleaseCustomOpDomain (called only when registration itself fails) is exercised by
+ * tests/test_ort_operators.py: a wrong slot calls the wrong function and the tests fail.
  */
 #ifndef OGA_ORTOPS_ORT_API_H_
 #define OGA_ORTOPS_ORT_API_H_
@@ -42,7 +43,6 @@ enum ErrorCode : int {
   kOk = 0,
   kFail = 1,
   kInvalidArgument = 2,
-  kRuntimeException = 6,
 };
 
 enum ElementType : int {
@@ -113,7 +113,6 @@ enum Slot : size_t {
   kKernelInfoGetAttributeFloat = 85,   // OrtStatus* (const OrtKernelInfo*, const char*, float* out)
   kKernelInfoGetAttributeInt64 = 86,   // OrtStatus* (const OrtKernelInfo*, const char*, int64_t* out)
   kKernelContextGetInputCount = 88,    // OrtStatus* (const OrtKernelContext*, size_t* out)
-  kKernelContextGetOutputCount = 89,   // OrtStatus* (const OrtKernelContext*, size_t* out)
   kKernelContextGetInput = 90,         // OrtStatus* (const OrtKernelContext*, size_t, const OrtValue** out)
   kKernelContextGetOutput = 91,        // OrtStatus* (OrtKernelContext*, size_t, const int64_t* dims,
                                        //             size_t dim_count, OrtValue** out)

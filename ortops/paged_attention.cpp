@@ -66,7 +66,7 @@ struct TileTag;
 
 // One call's geometry and buffers, checked.
 struct Step {
-  int64_t tokens = 0, rows = 0, num_blocks = 0, block_size = 0, table_columns = 0, max_positions = 0;
+  int64_t tokens = 0, rows = 0, num_blocks = 0, block_size = 0, table_columns = 0;
   int heads = 0, kv_heads = 0, group = 0, head_dim = 0, rotary_half = 0;
   bool interleaved = false;
   int window = 0;
@@ -339,8 +339,7 @@ Step CheckedStep(KernelCall& call, int heads, int kv_heads, float scale, bool ro
     if (offsets.present()) {
       // the q|k|v projection's block offsets, added to a copy of its output
       float* corrected = ThreadScratch<CorrectedQueryTag>(static_cast<size_t>(s.tokens * width));
-      std::memcpy(corrected, s.q, sizeof(float) * s.tokens * width);
-      for (int64_t t = 0; t < s.tokens; ++t) offsets.AddTo(t, corrected + t * width);
+      for (int64_t t = 0; t < s.tokens; ++t) offsets.Corrected(t, s.q + t * width, corrected + t * width);
       s.q = corrected;
     }
     s.k = s.q + heads * D;
@@ -390,7 +389,6 @@ Step CheckedStep(KernelCall& call, int heads, int kv_heads, float scale, bool ro
     Require(longest <= cos.dim(0), "position " + std::to_string(longest - 1) + " is past the " +
                                        std::to_string(cos.dim(0)) + " positions of cos_cache");
     s.rotary_half = static_cast<int>(cos.dim(1));
-    s.max_positions = cos.dim(0);
     s.cos = cos.as<float>();
     s.sin = sin.as<float>();
   }
@@ -398,10 +396,6 @@ Step CheckedStep(KernelCall& call, int heads, int kv_heads, float scale, bool ro
   *value_cache_in = value_cache;
   return s;
 }
-
-}  // namespace
-
-namespace {
 
 // The rotary embedding and the cache writes of every token (the rotated, scaled queries into
 // `rotated`), then the attention work units, longest first, and the merge of split decode rows.

@@ -37,7 +37,6 @@ void AddBlockOffsets(const float* x, int64_t k, const uint16_t* C, int64_t n, fl
   }
 }
 
-
 }  // namespace
 
 const RowMath kPortableRowMath = {RmsNorm, SwiGlu, AddBlockOffsets, "portable"};

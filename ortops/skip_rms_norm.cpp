@@ -1,8 +1,7 @@
 #include "skip_rms_norm.h"
 
-#include <cmath>
 #include <algorithm>
-#include <cstring>
+#include <cmath>
 #include <string>
 
 #include "block_offsets.h"
@@ -49,15 +48,9 @@ void SkipRMSNorm::Compute(KernelCall& call) {
   auto task = [&](size_t t) {
     const int64_t begin = static_cast<int64_t>(t) * kRowsPerTask, end = std::min(rows, begin + kRowsPerTask);
     float* row = offsets.present() ? ThreadScratch<RowTag>(static_cast<size_t>(n)) : nullptr;
-    for (int64_t r = begin; r < end; ++r) {
-      const float* in = x + r * n;
-      if (row != nullptr) {
-        std::memcpy(row, in, sizeof(float) * n);
-        offsets.AddTo(r, row);
-        in = row;
-      }
-      math.rms_norm(in, residual ? residual + r * n : nullptr, weight, n, eps, normed + r * n, total + r * n);
-    }
+    for (int64_t r = begin; r < end; ++r)
+      math.rms_norm(offsets.Corrected(r, x + r * n, row), residual ? residual + r * n : nullptr, weight, n, eps,
+                    normed + r * n, total + r * n);
   };
   call.ParallelFor(static_cast<size_t>((rows + kRowsPerTask - 1) / kRowsPerTask), task);
 }

@@ -1,7 +1,6 @@
 #include "swiglu.h"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 
 #include "block_offsets.h"
@@ -33,12 +32,7 @@ void SwiGlu::Compute(KernelCall& call) {
     const int64_t begin = static_cast<int64_t>(t) * kRowsPerTask, end = std::min(rows, begin + kRowsPerTask);
     float* row = offsets.present() ? ThreadScratch<RowTag>(static_cast<size_t>(width)) : nullptr;
     for (int64_t r = begin; r < end; ++r) {
-      const float* x = in + r * width;
-      if (row != nullptr) {
-        std::memcpy(row, x, sizeof(float) * width);
-        offsets.AddTo(r, row);
-        x = row;
-      }
+      const float* x = offsets.Corrected(r, in + r * width, row);
       math.swiglu(x, x + half, half, out + r * half);
     }
   };

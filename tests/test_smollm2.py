@@ -5,6 +5,7 @@ import pytest
 from tokenizers import Tokenizer
 
 import oga as og
+from greedy_runs import greedy
 from oga import testing
 from static_models import smollm2_static_dir  # noqa: F401  (fixture)
 
@@ -158,8 +159,6 @@ def test_the_paged_build_gives_the_tokens_of_ogas_own_build(smollm2_dir, smollm2
     weights (GroupQueryAttention, its static engine), token by token: 16 chat prompts, 32 greedy tokens
     each, concurrently in both engines."""
     import onnxruntime_genai as og18
-
-    from greedy_runs import greedy
 
     template = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
                 "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .linear_weights import CHOSEN_PRECISIONS, DEFAULT_ACCURACY_LEVEL
+
 
 def _positive(text):
     value = int(text)
@@ -30,7 +32,7 @@ def make_parser() -> argparse.ArgumentParser:
                    help="cpu graph: fused (fused ONNX Runtime kernels and oga's paged attention operator; any "
                         "precision) or standard (standard ONNX ops, fp32; onnxruntime-genai 0.18 runs it too); "
                         "default fused")
-    b.add_argument("--precision", choices=("int4", "int8", "fp32"),
+    b.add_argument("--precision", choices=CHOSEN_PRECISIONS,
                    help="linear weights of the fused cpu graph: int4 / int8 MatMulNBits (GGUF Q4_0 / Q4_1 / Q8_0 "
                         "blocks repacked exactly, everything else quantized round-to-nearest in blocks of 32; the "
                         "LM head 8-bit) or fp32 (default: a GGUF keeps its own Q4_0 / Q4_1 / Q8_0 blocks, "
@@ -38,7 +40,7 @@ def make_parser() -> argparse.ArgumentParser:
     b.add_argument("--kv-cache", choices=("float16", "float32"),
                    help="KV cache type of the fused cpu graph (default: float16 when the linear weights are "
                         "quantized, float32 otherwise)")
-    b.add_argument("--accuracy-level", type=int, choices=range(5), default=4, metavar="{0..4}",
+    b.add_argument("--accuracy-level", type=int, choices=range(5), default=DEFAULT_ACCURACY_LEVEL, metavar="{0..4}",
                    help="MatMulNBits accuracy_level: 4 = int8 activations (default), 0 = as ONNX Runtime picks")
     b.add_argument("--block-size", type=_positive, help="KV block size (default 16 on cpu, 256 on cuda)")
     b.add_argument("--num-blocks", type=_positive,

@@ -52,9 +52,11 @@ KNOWN_OPS = {
     (MS, "GroupQueryAttention"), (MS, "MatMulNBits"), (MS, "SkipSimplifiedLayerNormalization"),
     (MS, "SimplifiedLayerNormalization"), (MS, "GatherBlockQuantized"), (MS, "QuickGelu"),
 }
-# GroupQueryAttention inputs 0..8 map onto PagedGroupQueryAttention's; 9.. (position ids, attention
-# bias, head sink) have no paged counterpart.
-GQA_SEQLENS, GQA_TOTAL_LENGTH, GQA_COS, GQA_SIN, GQA_FIRST_UNSUPPORTED = 5, 6, 7, 8, 9
+# GroupQueryAttention inputs 0..4 (query, key, value, past key, past value) and 7..8 (cos, sin)
+# map onto PagedGroupQueryAttention's 0..4 and 8..9; 5..6 (seqlens_k, total_sequence_length) give
+# way to the paged row metadata; 9.. (position ids, attention bias, head sink) have no counterpart.
+GQA_COS, GQA_SIN, GQA_FIRST_UNSUPPORTED = 7, 8, 9
+PAGED_COS = 8
 CARRIED_ATTRIBUTES = ("num_heads", "kv_num_heads", "scale", "do_rotary", "rotary_interleaved", "local_window_size")
 
 
@@ -168,10 +170,9 @@ def convert_graph(model, decoder: dict, *, block_size: int, name: str = "model.o
     hidden = int(decoder["hidden_size"])
     shape = helper.make_tensor("lm_head/rows/shape", TensorProto.INT64, [2], [-1, hidden])
     one = helper.make_tensor("lm_head/rows/one", TensorProto.INT32, [], [1])
-    graph.initializer.extend([shape, one])
     start = helper.make_tensor("lm_head/rows/start", TensorProto.INT64, [1], [1])
     end = helper.make_tensor("lm_head/rows/end", TensorProto.INT64, [1], [2**62])
-    graph.initializer.extend([start, end])
+    graph.initializer.extend([shape, one, start, end])
     at = list(graph.node).index(head)
     rows_nodes = [
         helper.make_node("Reshape", [head.input[0], shape.name], ["lm_head/rows/tokens"], name="lm_head/rows/tokens"),
@@ -306,8 +307,9 @@ def convert(src, dst, *, block_size: int = cfg.CPU_BLOCK_SIZE, num_blocks: int |
         if os.path.basename(location) != location or not os.path.isfile(os.path.join(src, location)):
             raise ConversionError(f"{src}: external data file {location!r} is missing or outside the directory")
     model = convert_graph(model, decoder, block_size=block_size, name=filename)
-    rope = [t for t in model.graph.initializer if t.name in
-            {n.input[8] for n in model.graph.node if n.op_type == "PagedGroupQueryAttention" and len(n.input) > 8}]
+    cos_names = {n.input[PAGED_COS] for n in model.graph.node
+                 if n.op_type == "PagedGroupQueryAttention" and len(n.input) > PAGED_COS}
+    rope = [t for t in model.graph.initializer if t.name in cos_names]
     rope_positions = int(rope[0].dims[0]) if rope else None
     converted = convert_config(config, block_size=block_size, num_blocks=num_blocks, max_batch_size=max_batch_size,
                                max_scheduled_tokens=max_scheduled_tokens, context_length=context_length,

@@ -30,7 +30,8 @@ import numpy as np
 
 from . import quantize as qz
 
-PRECISIONS = (None, "int4", "int8", "fp32")
+CHOSEN_PRECISIONS = ("int4", "int8", "fp32")    # what --precision names (None: the source's own)
+PRECISIONS = (None,) + CHOSEN_PRECISIONS
 DEFAULT_ACCURACY_LEVEL = 4      # MatMulNBits on CPU: int8 activations (ONNX Runtime's fastest kernels)
 MS_DOMAIN = "com.microsoft"
 

@@ -137,7 +137,7 @@ def capture_name(present: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# RoPE frequencies (Hugging Face semantics), shared with the CUDA builder
+# RoPE frequencies and tables (Hugging Face semantics), shared with the CUDA and fused builders
 
 def rope_inv_freq(spec: DecoderSpec) -> np.ndarray:
     """float64 [head_dim / 2] inverse frequencies with the spec's rope_scaling applied."""
@@ -163,6 +163,13 @@ def rope_inv_freq(spec: DecoderSpec) -> np.ndarray:
         return np.where(medium, smoothed, scaled)
     raise NotImplementedError(f"rope_scaling type {kind!r} is not supported by the graph builders "
                               "(supported: default, linear, llama3)")
+
+
+def rope_tables(spec: DecoderSpec, length: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin tables [length, head_dim / 2] of `dtype` (HF RoPE with the spec's rope_scaling, as
+    GroupQueryAttention-style operators take them: non-interleaved halves)."""
+    angles = np.arange(length, dtype=np.float64)[:, None] * rope_inv_freq(spec)[None, :]
+    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
 
 
 # --------------------------------------------------------------------------------------------

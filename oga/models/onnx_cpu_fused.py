@@ -7,14 +7,14 @@ logits_indices, caches [num_blocks, block_size, kv_heads, head_dim] whose presen
 the past_* inputs. What differs is inside:
 
     embeddings   Gather (fp32) or com.microsoft.GatherBlockQuantized (8-bit: a GGUF Q8_0 table as is)
-    per layer    SimplifiedLayerNormalization (first layer) / SkipSimplifiedLayerNormalization
-                 (residual add + RMSNorm in one kernel, the sum passed on as the next residual)
+    per layer    oga.SkipRMSNorm (residual add + RMSNorm in one kernel, the sum passed on as the
+                 next residual; it also adds the block offsets of the linear before it)
                  q|k|v projection: one linear (see linear_weights.py: fp32 Gemm or MatMulNBits)
                  oga.PagedGroupQueryAttention: RoPE, the cache write and attention over the block
                  table in one kernel that reads the cache blocks in place (ortops/)
-                 o_proj, SkipSimplifiedLayerNormalization, gate|up projection, SiLU(gate) * up,
+                 o_proj, oga.SkipRMSNorm, gate|up projection, oga.SwiGlu (SiLU(gate) * up),
                  down_proj
-    head         SkipSimplifiedLayerNormalization, the rows that need logits, LM head
+    head         the rows that need logits, oga.SkipRMSNorm, LM head
 
 A decode-only step runs no prefill branch (the attention kernel handles each row by its length)
 and gathers nothing: its cost grows with context only by the keys and values it reads.
@@ -33,27 +33,19 @@ from onnx import TensorProto
 
 from . import linear_weights as lw
 from . import onnx_cpu as cpu
-from .onnx_cpu import GraphBuilder, _w, rope_inv_freq
+from .onnx_cpu import GraphBuilder, _w, rope_tables
 from .spec import DecoderSpec
 
 OGA_DOMAIN = "oga"                   # oga's operators (ortops/register_ops.cpp)
 MS_DOMAIN = lw.MS_DOMAIN
-OPSET = 17
-
-
-def rope_tables(spec: DecoderSpec, length: int):
-    """float32 cos/sin tables [length, head_dim / 2] (HF RoPE with the spec's rope_scaling)."""
-    angles = np.arange(length, dtype=np.float64)[:, None] * rope_inv_freq(spec)[None, :]
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
 def _norm(g: GraphBuilder, x: str, residual: str | None, weight: str, eps: float, hint: str,
           offsets: list[str] | None = None):
     """(RMSNorm(x (+ block offsets) (+ residual)) * weight, that sum) with one oga.SkipRMSNorm."""
     base = g._unique(hint)
-    out, total = g.op("SkipRMSNorm", [x, residual or "", weight] + (offsets or []), hint,
-                      outputs=[f"{base}/output", f"{base}/sum"], domain=OGA_DOMAIN, epsilon=float(eps))
-    return out, total
+    return g.op("SkipRMSNorm", [x, residual or "", weight] + (offsets or []), hint,
+                outputs=[f"{base}/output", f"{base}/sum"], domain=OGA_DOMAIN, epsilon=float(eps))
 
 
 class _Weights:
@@ -150,7 +142,7 @@ def _lm_head(g: GraphBuilder, spec: DecoderSpec, x: str, offsets, residual: str,
     normed, _ = _norm(g, x, residual, norm, spec.rms_norm_eps, "norm", offsets)
     head_name = "model.embed_tokens.weight" if spec.tie_word_embeddings else "lm_head.weight"
     head = w.linear(head_name, bits=None if w.precision is None else 8)
-    if head.quantized is None and spec.tie_word_embeddings and g_has(g, head_name):
+    if head.quantized is None and spec.tie_word_embeddings and _has_initializer(g, head_name):
         # a float tied head shares the embedding's initializer
         g.op("Gemm", [normed, head_name], "lm_head", outputs=[cpu.LOGITS], transB=1)
         return
@@ -158,7 +150,7 @@ def _lm_head(g: GraphBuilder, spec: DecoderSpec, x: str, offsets, residual: str,
     lw.emit(g, normed, head, accuracy, "lm_head", output=cpu.LOGITS)
 
 
-def g_has(g: GraphBuilder, name: str) -> bool:
+def _has_initializer(g: GraphBuilder, name: str) -> bool:
     return any(t.name == name for t in g.initializers)
 
 
@@ -193,7 +185,7 @@ def build_cpu_fused_graph(spec: DecoderSpec, weights, *, blocks=None, precision=
     cpu.declare_io(g, spec, block_size, KV_CACHE_TYPES[kv_cache], TensorProto.FLOAT, per_token_logits,
                    logits_indices, state_capture=capture, fixed_state_type=TensorProto.FLOAT)
     w = _Weights(spec, weights, blocks or {}, precision)
-    cos_table, sin_table = rope_tables(spec, int(context_length))
+    cos_table, sin_table = rope_tables(spec, int(context_length), np.float32)
     cos = g.initializer("rotary/cos_cache", cos_table)
     sin = g.initializer("rotary/sin_cache", sin_table)
     ring = set(spec.ring_layers())
@@ -226,5 +218,5 @@ def build_cpu_fused_graph(spec: DecoderSpec, weights, *, blocks=None, precision=
         doc += f", sliding-window ring layers {sorted(ring)} of window {spec.sliding_window}"
     if spec.hybrid():
         doc += f", layer types {list(spec.layer_types)}"
-    return g.model("oga_paged_decoder_cpu_fused", [("", OPSET), (MS_DOMAIN, 1), (OGA_DOMAIN, 1)], doc=doc + ")")
+    return g.model("oga_paged_decoder_cpu_fused", [("", cpu.OPSET), (MS_DOMAIN, 1), (OGA_DOMAIN, 1)], doc=doc + ")")
 

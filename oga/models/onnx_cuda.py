@@ -22,16 +22,10 @@ import onnx
 from onnx import TensorProto
 
 from . import onnx_cpu as cpu
-from .onnx_cpu import GraphBuilder, _w, fused_layer_weights, rope_inv_freq
+from .onnx_cpu import GraphBuilder, _w, fused_layer_weights, rope_tables
 from .spec import DecoderSpec
 
 MS_DOMAIN = "com.microsoft"
-
-
-def rope_tables(spec: DecoderSpec, length: int, dtype=np.float16):
-    """cos/sin tables [length, head_dim / 2] (HF RoPE, non-interleaved halves)."""
-    angles = np.arange(length, dtype=np.float64)[:, None] * rope_inv_freq(spec)[None, :]
-    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
 
 
 def _rms_norm_fp32(g: GraphBuilder, x: str, weight: str, eps: float, hint: str) -> str:
@@ -98,7 +92,7 @@ def build_cuda_graph(spec: DecoderSpec, weights, *, block_size: int = 256, conte
     embed = g.initializer("model.embed_tokens.weight", _w(weights, "model.embed_tokens.weight").astype(f16))
     head = embed if spec.tie_word_embeddings else g.initializer(
         "lm_head.weight", _w(weights, "lm_head.weight").astype(f16))
-    cos_table, sin_table = rope_tables(spec, context_length)
+    cos_table, sin_table = rope_tables(spec, context_length, np.float16)
     cos = g.initializer("cos_cache", cos_table)
     sin = g.initializer("sin_cache", sin_table)
 

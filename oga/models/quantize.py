@@ -42,7 +42,6 @@ import numpy as np
 
 BLOCK_SIZE = 32
 GGUF_EXACT_TYPES = ("Q4_0", "Q4_1", "Q8_0")     # GGUF block types MatMulNBits represents exactly
-GGUF_TYPE_BITS = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8}
 
 
 @dataclass
