@@ -78,6 +78,21 @@ def test_create_request(benchmark):
     benchmark(engine.create_request)
 
 
+def test_create_and_close_request(benchmark):
+    """Goal (issue 15): <= 2 us for create + close. An unseeded request's seed basis comes from the
+    engine's own sequence (one OS draw per engine); a random_device draw per request cost ~20 us."""
+    engine = oga.Engine(testing.create_test_model())
+
+    def create_and_close():
+        engine.create_request().close()
+
+    benchmark(create_and_close)
+    median_us = benchmark.stats.stats.median * 1e6
+    benchmark.extra_info["us per create + close"] = median_us
+    print(f"\ncreate + close: {median_us:.2f} us")
+    assert median_us <= 2.0
+
+
 def test_begin_turn(benchmark):
     engine = oga.Engine(testing.create_test_model(max_batch_size=8))
     tokens = np.array([5, 9, 13, 17, 21, 25, 29, 33], dtype=np.int32)

@@ -318,6 +318,8 @@ cdef extern from "oga/oga_ext.h" nogil:
         uint64_t fixed_state_fallback_steps
         uint64_t device_sampled_rows
         uint64_t host_read_logits_rows
+        uint64_t preemptions
+        uint64_t recomputed_tokens
 
     ctypedef struct OgaExtFixedStateSlot:
         int32_t slot

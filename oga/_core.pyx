@@ -18,6 +18,7 @@ from libcpp cimport bool as cbool
 
 import enum
 import os
+import threading
 
 import numpy as np
 
@@ -89,6 +90,73 @@ cdef inline int check_result(c_OgaResult* result) except -1:
     if result != NULL:
         return _raise_result(result)
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Interruptions. A BaseException that is not an Exception (KeyboardInterrupt from a signal handler,
+# SystemExit, GeneratorExit) raised by Python code inside a callback the core runs is not a failure
+# of the model or the device: the caller wants control back. The trampoline keeps it in this
+# thread's slot and reports OgaExtExecutionStatus_Interrupted (or the callback's plain failure where
+# the core has no such status), so the core rolls back without effect and stays healthy; the Python
+# wrapper of the core call raises it once the call returns. Exceptions keep their classification.
+# ---------------------------------------------------------------------------------------------
+
+cdef enum:
+    _STATUS_INTERRUPTED = 4  # OgaExtExecutionStatus_Interrupted
+
+cdef object _interruptions = threading.local()  # .error: this thread's deferred interruption
+cdef Py_ssize_t _interrupted_threads = 0        # threads whose slot holds one (GIL-protected)
+
+
+cdef inline bint _is_interruption(object error):
+    return not isinstance(error, Exception)
+
+
+cdef void _defer_interruption(object error) noexcept:
+    """Keeps `error` for the wrapper of the running core call (the first one of a call wins)."""
+    global _interrupted_threads
+    try:
+        if getattr(_interruptions, "error", None) is None:
+            _interruptions.error = error
+            _interrupted_threads += 1
+    except BaseException:
+        pass
+
+
+cdef bint _interruption_deferred() noexcept:
+    """Whether this thread's slot holds an interruption."""
+    if _interrupted_threads == 0:
+        return False
+    try:
+        return getattr(_interruptions, "error", None) is not None
+    except BaseException:
+        return False
+
+
+cdef int _raise_interruption() except -1:
+    """Raises (and clears) this thread's deferred interruption, if any."""
+    global _interrupted_threads
+    if _interrupted_threads == 0:
+        return 0
+    error = getattr(_interruptions, "error", None)
+    if error is None:
+        return 0
+    _interruptions.error = None
+    _interrupted_threads -= 1
+    raise error
+
+
+cdef int _check_callbacks(c_OgaResult* result) except -1:
+    """check_result for a core call that can run Python callbacks: an interruption a callback
+    deferred is raised instead of the call's own error (`result` is destroyed either way)."""
+    if _interrupted_threads != 0:
+        try:
+            _raise_interruption()
+        except BaseException:
+            if result != NULL:
+                OgaDestroyResult(result)
+            raise
+    return check_result(result)
 
 
 cdef int _raise_dead(str what) except -1:
@@ -268,14 +336,18 @@ cdef class OgaModel:
                 _raise_dead("Config")
             with nogil:
                 result = OgaCreateModelFromConfig(c_config, &model)
-            check_result(result)
+            if result == NULL:
+                self._ptr = model  # released by __dealloc__ if an interruption is raised below
+            _check_callbacks(result)
             self.path = (<OgaConfig>config).path
         else:
             encoded = os.fsencode(config)
             c_path = encoded
             with nogil:
                 result = OgaCreateModel(c_path, &model)
-            check_result(result)
+            if result == NULL:
+                self._ptr = model
+            _check_callbacks(result)
             self.path = _model_directory(config)
         self._ptr = model
 
@@ -367,11 +439,12 @@ cdef class OgaEngine:
             raise RuntimeError("Engine is already initialised.")
         if model._ptr == NULL:
             _raise_dead("Model")
+        self._compat_buffers = {}
         with nogil:
             result = OgaCreateEngine(model._ptr, &engine)
-        check_result(result)
-        self._ptr = engine
-        self._compat_buffers = {}
+        if result == NULL:
+            self._ptr = engine  # released by __dealloc__ if an interruption is raised below
+        _check_callbacks(result)
 
     def __dealloc__(self):
         # Destroy the engine before the cached run(max_events=N) buffers (fields are cleared after
@@ -420,7 +493,10 @@ cdef class OgaEngine:
 
     def run(self, OgaEngineEventBuffer buffer=None, *, max_events=None):
         """OgaEngineRun (GIL released). run(buffer) returns `buffer`; the seed-era run(max_events=N)
-        runs a cached internal buffer of capacity N and returns a list of its event views."""
+        runs a cached internal buffer of capacity N and returns a list of its event views.
+        A KeyboardInterrupt (any BaseException that is not an Exception) raised by Python code the
+        step ran, such as the ONNX Runtime executor, is raised from here once the core returns: the
+        step was rolled back, the engine is healthy, and the next run delivers its Retryable event."""
         cdef c_OgaResult* result
         if buffer is None or max_events is not None:
             return self._run_compat(buffer, max_events)
@@ -430,8 +506,8 @@ cdef class OgaEngine:
             _raise_dead("EngineEventBuffer")
         with nogil:
             result = OgaEngineRun(self._ptr, buffer._ptr)
-        if result != NULL:
-            _raise_result(result)
+        if result != NULL or _interrupted_threads != 0:
+            _check_callbacks(result)
         return buffer
 
     def _run_compat(self, buffer, max_events):
@@ -553,7 +629,7 @@ cdef class OgaRequest:
                 result = OgaRequestBeginTurn(self._ptr, c_turn_options, span.data, span.count, &turn_id)
         finally:
             _release_span(&span)
-        check_result(result)
+        _check_callbacks(result)  # the token-table loader and the tokenizer run in Python
         return turn_id
 
     def cancel_turn(self, uint64_t turn_id):
@@ -1060,6 +1136,8 @@ def _engine_counters(OgaEngine engine not None):
         "fixed_state_fallback_steps": c.fixed_state_fallback_steps,
         "device_sampled_rows": c.device_sampled_rows,
         "host_read_logits_rows": c.host_read_logits_rows,
+        "preemptions": c.preemptions,
+        "recomputed_tokens": c.recomputed_tokens,
     }
 
 
@@ -1149,10 +1227,32 @@ cdef void _write_message(char* message, size_t capacity, object text) noexcept:
         return
     try:
         encoded = str(text).encode("utf-8", "replace")[:capacity - 1]
-    except BaseException:
+    except BaseException as error:
+        if _is_interruption(error):
+            _defer_interruption(error)
         encoded = b"oga: the executor failure message could not be encoded"
     memcpy(message, <const char*>encoded, len(encoded))
     message[len(encoded)] = 0
+
+
+cdef OgaExtExecutionStatus _callback_failure(object error, char* message, size_t capacity,
+                                             OgaExtExecutionStatus status, bint typed=True) noexcept:
+    """What a callback returns for `error`: Interrupted for an interruption (kept for the wrapper of
+    the core call, see _defer_interruption), else `status` with the error's text in `message`
+    ("TypeName: text" when `typed`)."""
+    if _is_interruption(error):
+        _defer_interruption(error)
+        _write_message(message, capacity, "interrupted")
+        return _STATUS_INTERRUPTED
+    try:
+        text = f"{type(error).__name__}: {error}" if typed else error
+    except BaseException as format_error:
+        if _is_interruption(format_error):
+            _defer_interruption(format_error)
+        text = type(error).__name__
+    _write_message(message, capacity, text)
+    # An interruption that landed while the message was formatted still wins.
+    return _STATUS_INTERRUPTED if _interruption_deferred() else status
 
 
 cdef str _text(const char* value):
@@ -1228,13 +1328,14 @@ cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtMod
                 decoder._device_ops_table = _device_ops_table(device_ops)
                 executor.device_ops = <const OgaExtDeviceOps*><size_t>decoder._device_ops_table.address
         except BaseException as error:
-            _write_message(message, capacity, error)
+            status = _callback_failure(error, message, capacity, 3, False)  # OgaExtExecutionStatus_Fatal
             if decoder is not None and hasattr(decoder, "close"):
                 try:
                     decoder.close()  # its device, opened for a model that will not exist
-                except BaseException:
-                    pass
-            return 3  # OgaExtExecutionStatus_Fatal
+                except BaseException as close_error:
+                    if _is_interruption(close_error):
+                        _defer_interruption(close_error)
+            return status
         Py_INCREF(decoder)  # owned by the model; released by _onnx_release_model
         executor.model_data = <void*>decoder
         executor.open_engine = _onnx_open_engine
@@ -1265,8 +1366,7 @@ cdef OgaExtExecutionStatus _onnx_open_engine(void* model_data, const OgaExtEngin
             _write_message(message, capacity, f"cannot allocate the KV cache: {error}")
             return 2  # OgaExtExecutionStatus_CapacityExceeded
         except BaseException as error:
-            _write_message(message, capacity, error)
-            return 3
+            return _callback_failure(error, message, capacity, 3, False)
         Py_INCREF(engine)  # owned by the engine; released by close_engine
         engine_data[0] = <void*>engine
         return 0
@@ -1292,8 +1392,7 @@ cdef OgaExtExecutionStatus _onnx_execute(void* engine_data, const OgaExtStepInpu
             outputs.logits_row_stride = executor.vocab
             outputs.logits_on_device = 1 if executor.logits_on_device else 0
         except BaseException as error:
-            _write_message(message, capacity, f"{type(error).__name__}: {error}")
-            return 3
+            return _callback_failure(error, message, capacity, 3)  # OgaExtExecutionStatus_Fatal
         return 0
 
 
@@ -1314,8 +1413,7 @@ cdef OgaExtExecutionStatus _onnx_execute_static(void* engine_data, const OgaExtS
             outputs.logits_rows = rows
             outputs.logits_row_stride = executor.vocab
         except BaseException as error:
-            _write_message(message, capacity, f"{type(error).__name__}: {error}")
-            return 3
+            return _callback_failure(error, message, capacity, 3)  # OgaExtExecutionStatus_Fatal
         return 0
 
 
@@ -1378,6 +1476,9 @@ cdef void* _device_allocate(void* context, size_t nbytes) noexcept nogil:
         try:
             return <void*><size_t>(<object>context).allocate(nbytes)
         except BaseException as error:
+            if _is_interruption(error):
+                _defer_interruption(error)  # engine creation fails; its wrapper raises it
+                return NULL
             # The contract's only failure is NULL, which the core reports as a budget too small; a
             # device failure that is not out-of-memory is named here so it is not mistaken for one.
             import warnings
@@ -1400,8 +1501,7 @@ cdef int32_t _device_copy(void* context, size_t count, const void* const* source
                                    _host_array(destinations, count, _ADDRESS, sizeof(void*)), nbytes)
             return 0
         except BaseException as error:
-            _write_message(message, capacity, f"{type(error).__name__}: {error}")
-            return 1
+            return _callback_failure(error, message, capacity, 1)
 
 
 cdef int32_t _device_fill_zero(void* context, void* memory, size_t nbytes, char* message,
@@ -1411,8 +1511,7 @@ cdef int32_t _device_fill_zero(void* context, void* memory, size_t nbytes, char*
             (<object>context).fill_zero(<size_t>memory, nbytes)
             return 0
         except BaseException as error:
-            _write_message(message, capacity, f"{type(error).__name__}: {error}")
-            return 1
+            return _callback_failure(error, message, capacity, 1)
 
 
 cdef int32_t _device_synchronize(void* context, char* message, size_t capacity) noexcept nogil:
@@ -1421,8 +1520,7 @@ cdef int32_t _device_synchronize(void* context, char* message, size_t capacity) 
             (<object>context).synchronize()
             return 0
         except BaseException as error:
-            _write_message(message, capacity, f"{type(error).__name__}: {error}")
-            return 1
+            return _callback_failure(error, message, capacity, 1)
 
 
 cdef int32_t _device_memory_info(void* context, size_t* free_bytes, size_t* total_bytes, char* message,
@@ -1434,8 +1532,7 @@ cdef int32_t _device_memory_info(void* context, size_t* free_bytes, size_t* tota
             total_bytes[0] = total
             return 0
         except BaseException as error:
-            _write_message(message, capacity, f"{type(error).__name__}: {error}")
-            return 1
+            return _callback_failure(error, message, capacity, 1)
 
 
 cdef int32_t _device_read(void* context, size_t count, const void* const* sources, void* const* destinations,
@@ -1446,8 +1543,7 @@ cdef int32_t _device_read(void* context, size_t count, const void* const* source
                                    _host_array(destinations, count, _ADDRESS, sizeof(void*)), nbytes)
             return 0
         except BaseException as error:
-            _write_message(message, capacity, f"{type(error).__name__}: {error}")
-            return 1
+            return _callback_failure(error, message, capacity, 1)
 
 
 cdef int32_t _device_sample(void* context, const OgaExtDeviceSampling* sampling, char* message,
@@ -1476,8 +1572,7 @@ cdef int32_t _device_sample(void* context, const OgaExtDeviceSampling* sampling,
                 _host_array(sampling.tokens, n, _INT32, 4, True))
             return 0
         except BaseException as error:
-            _write_message(message, capacity, f"{type(error).__name__}: {error}")
-            return 1
+            return _callback_failure(error, message, capacity, 1)
 
 
 cdef class _DeviceOpsTable:
@@ -1533,8 +1628,7 @@ cdef OgaExtExecutionStatus _token_table_load(const char* directory, OgaExtTokenT
             _fill_token_table(table, blob, offsets, special)
             return 0  # OgaExtExecutionStatus_Ok
         except BaseException as error:
-            _write_message(message, capacity, f"{type(error).__name__}: {error}")
-            return 3  # OgaExtExecutionStatus_Fatal
+            return _callback_failure(error, message, capacity, 3)  # OgaExtExecutionStatus_Fatal
 
 
 cdef size_t _tokenize(const char* directory, const uint8_t* data, size_t count, uint32_t* tokens,
@@ -1549,7 +1643,10 @@ cdef size_t _tokenize(const char* directory, const uint8_t* data, size_t count, 
             for i in range(min(<size_t>n, capacity)):
                 tokens[i] = ids[i]
             return n
-        except BaseException:
+        except BaseException as error:
+            if _is_interruption(error):
+                _defer_interruption(error)
+                return <size_t>-1  # OgaExtTokenize_Interrupted
             return 0
 
 

@@ -95,6 +95,15 @@ class ModelLoadError(RuntimeError):
     pass
 
 
+def _positive_int(value):
+    """A genai_config.json count: a positive whole number (2 or 2.0), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not value.is_integer():  # also NaN and the infinities
+        return None
+    return int(value) if value > 0 else None
+
+
 # fixed state output X -> X + CAPTURE_SUFFIX: its per-token capture output (see the module docstring)
 CAPTURE_SUFFIX = ".per_token"
 
@@ -121,7 +130,10 @@ class FixedStateTensor:
 
 
 def classify_failure(error):
-    """Maps an ONNX Runtime exception to an OgaExtExecutionStatus."""
+    """Maps an ONNX Runtime exception to an OgaExtExecutionStatus. Only Exceptions are classified:
+    a BaseException that is not one (KeyboardInterrupt from a signal handler, SystemExit) is left to
+    propagate out of the executor to the _core.pyx trampoline, which reports the step Interrupted
+    (rolled back, the engine healthy) and has Engine.run raise it once the core returns."""
     text = str(error).lower()
     if isinstance(error, MemoryError) or any(marker in text for marker in _OUT_OF_MEMORY_MARKERS):
         return STATUS_CAPACITY_EXCEEDED
@@ -339,6 +351,7 @@ class OnnxDecoder:
     def _validate(self):
         n = self.names
         self.static = not n["block_size"]
+        self.cache_tensors = ()  # set by _validate_caches / _validate_static
         self.fixed_states = ()
         self.fixed_state_row_bytes = 0
         self.fixed_state_capture = False
@@ -513,32 +526,78 @@ class OnnxDecoder:
             raise ModelLoadError(f"{self.path}: every paged layer is a sliding-window ring layer; a paged model "
                                  "needs at least one layer that keeps the whole sequence.")
 
+    # -- cache geometry: every cache tensor against what the engine allocates for it ---------------
+    def _check_dimension(self, name, shape, axis, value, source):
+        """A dimension the graph fixes must be `value` (what the engine allocates, `source` saying
+        why); a symbolic one takes it."""
+        dim = shape[axis]
+        if isinstance(dim, int) and dim != value:
+            raise ModelLoadError(f"{self.path}: {name} dimension {axis} is {dim} in the graph, but {source}.")
+
+    def _check_cache_type(self, name, meta, first, first_meta):
+        if meta.type != first_meta.type:
+            raise ModelLoadError(f"{self.path}: {name} has type {meta.type} in the graph, but the KV cache is "
+                                 f"{first_meta.type} (the type of {first}).")
+
+    def _kv_heads(self, first, first_meta, axis):
+        """The KV heads the engine allocates: model.decoder.num_key_value_heads (as 0.18), else the
+        graph's static dimension `axis` of the first cache. Returns (heads, what the message says)."""
+        heads = _positive_int(self.decoder_config.get("num_key_value_heads"))
+        if heads is not None:
+            return heads, f"model.decoder.num_key_value_heads is {heads}"
+        heads = first_meta.shape[axis]
+        if not isinstance(heads, int) or heads <= 0:
+            raise ModelLoadError(f"{self.path}: {first} dimension {axis} (the KV heads) is {heads!r} in the graph, and "
+                                 "model.decoder.num_key_value_heads is not set, so the engine cannot size the KV cache.")
+        return heads, f"the KV cache has {heads} KV heads (dimension {axis} of {first})"
+
+    def _configured_num_blocks(self):
+        """engine.dynamic_batching.num_blocks of the effective config, or None (automatic sizing)."""
+        engine = json.loads(self.names["config_json"]).get("engine") or {}
+        batching = engine.get("dynamic_batching") if isinstance(engine, dict) else None
+        return _positive_int(batching.get("num_blocks")) if isinstance(batching, dict) else None
+
     def _validate_caches(self):
+        """Every paged cache input and output against what the engine allocates and binds to both,
+        [blocks, block_size, kv_heads, head width] of one type, as 0.18 sizes them: the type and the
+        static head width of the first paged key input, block_size from engine.dynamic_batching, the KV
+        heads from model.decoder.num_key_value_heads (the graph's when the config has none), and as
+        blocks engine.dynamic_batching.num_blocks (a ring layer: the engine's window blocks). A
+        dimension the graph fixes must match; a symbolic one takes the engine's. Dimension 0 is
+        checked here against a configured num_blocks and at engine creation against the count the
+        engine allocates (check_engine_geometry)."""
         n = self.names
-        geometry = None
-        self.cache_dtype = None
+        tensors = []  # (layer, name, graph metadata) of every paged cache input and output
         for layer, past_k, past_v, present_k, present_v in zip(
                 n["paged_layer_ids"], n["past_key_names"], n["past_value_names"], n["present_key_names"],
                 n["present_value_names"]):
             for past, present in ((past_k, present_k), (past_v, present_v)):
-                meta = self._check(self.inputs, past, _CACHE_TYPES, 4, "input")
-                out = self._check(self.outputs, present, (meta.type,), 4, "output")
-                dims = tuple(meta.shape[1:])
-                if not all(isinstance(d, int) and d > 0 for d in dims):
-                    self._fail(past, "static [num_blocks, block_size, kv_heads, head_size] geometry",
-                               f"has shape {meta.shape}")
-                if dims[0] != n["block_size"]:
-                    self._fail(past, f"block_size {n['block_size']} in dimension 1 (engine.dynamic_batching.block_size)",
-                               f"has shape {meta.shape}")
-                if tuple(out.shape[1:]) != dims:
-                    self._fail(present, f"the geometry of '{past}' {meta.shape}", f"has shape {out.shape}")
-                if geometry is None:
-                    geometry, self.cache_dtype = dims, _ORT_TYPES[meta.type]
-                elif dims != geometry or _ORT_TYPES[meta.type] != self.cache_dtype:
-                    self._fail(past, f"the geometry and type of the first paged layer {geometry}",
-                               f"has shape {meta.shape} and type {meta.type}")
-        if geometry is None:
+                meta = self._check(self.inputs, past, _CACHE_TYPES, None, "input")
+                if len(meta.shape) != 4 or not (isinstance(meta.shape[3], int) and meta.shape[3] > 0):
+                    # 0.18's text (its engine reads the head width from the graph, too)
+                    raise ModelLoadError(f"Paged cache input must have rank four and a static physical head width: "
+                                         f"{past}")
+                out = self._check(self.outputs, present, _CACHE_TYPES, 4, "output")
+                tensors += [(layer, past, meta), (layer, present, out)]
+        if not tensors:
             raise ModelLoadError(f"{self.path}: the paged_kv group has no layers.")
+        _, first, first_meta = tensors[0]
+        heads, heads_source = self._kv_heads(first, first_meta, 2)
+        width = first_meta.shape[3]
+        expected = ((1, n["block_size"], f"engine.dynamic_batching.block_size is {n['block_size']}"),
+                    (2, heads, heads_source),
+                    (3, width, f"the KV cache's head width is {width} (dimension 3 of {first})"))
+        num_blocks = self._configured_num_blocks()
+        for layer, name, meta in tensors:
+            self._check_cache_type(name, meta, first, first_meta)
+            if num_blocks is not None and layer not in self.ring_layers:
+                self._check_dimension(name, meta.shape, 0, num_blocks,
+                                      f"engine.dynamic_batching.num_blocks is {num_blocks}")
+            for axis, value, source in expected:
+                self._check_dimension(name, meta.shape, axis, value, source)
+        self.cache_tensors = tuple(tensors)
+        self.cache_dtype = _ORT_TYPES[first_meta.type]
+        geometry = (n["block_size"], heads, width)
         self.cache_geometry = geometry  # (block_size, kv_heads, head_size)
         element = np.dtype(self.cache_dtype).itemsize
         ring = sum(1 for layer in n["paged_layer_ids"] if layer in self.ring_layers)
@@ -550,7 +609,11 @@ class OnnxDecoder:
 
     def _validate_static(self):
         """Static batching (no engine.dynamic_batching): OGA's CPU decoders, GroupQueryAttention over
-        per-layer contiguous caches [batch, kv_heads, max_length, head_size] shared by past and present."""
+        per-layer contiguous caches [batch, kv_heads, max_length, head_size] shared by past and present.
+        The engine allocates model.decoder.num_key_value_heads heads (the graph's when the config has
+        none) of the graph's static head size (model.decoder.head_size when symbolic; OGA's builder
+        names it kv_cache_dim), of the first cache's type; the batch and sequence dimensions are
+        checked at engine creation (check_engine_geometry)."""
         n = self.names
         self._check(self.inputs, n["input_ids"], ("tensor(int64)",), 2, "input")
         self._check(self.inputs, n["attention_mask"], ("tensor(int64)",), 2, "input")
@@ -562,29 +625,72 @@ class OnnxDecoder:
         self.per_token_logits = False
         self.windowed_block_table = False
         self.ring_layers = frozenset()
-        geometry = None
+        tensors = []  # (name, graph metadata) of every cache input and output
         for past_k, past_v, present_k, present_v in zip(n["past_key_names"], n["past_value_names"],
                                                          n["present_key_names"], n["present_value_names"]):
             for past, present in ((past_k, present_k), (past_v, present_v)):
-                meta = self._check(self.inputs, past, _CACHE_TYPES, 4, "input")
-                self._check(self.outputs, present, (meta.type,), 4, "output")
-                heads, head_size = meta.shape[1], meta.shape[3]
-                if not isinstance(head_size, int):  # OGA's builder names it kv_cache_dim
-                    head_size = self.decoder_config.get("head_size")
-                if not (isinstance(heads, int) and isinstance(head_size, int)):
-                    self._fail(past, "static kv_heads, and a static head_size or model.decoder.head_size "
-                               "([batch, kv_heads, sequence, head_size])",
-                               f"has shape {meta.shape}")
-                if geometry is None:
-                    geometry, self.cache_dtype = (heads, head_size), _ORT_TYPES[meta.type]
-                elif (heads, head_size) != geometry or _ORT_TYPES[meta.type] != self.cache_dtype:
-                    self._fail(past, f"the geometry and type of the first layer {geometry}", f"has shape {meta.shape}")
-        if geometry is None:
+                tensors.append((past, self._check(self.inputs, past, _CACHE_TYPES, 4, "input")))
+                tensors.append((present, self._check(self.outputs, present, _CACHE_TYPES, 4, "output")))
+        if not tensors:
             raise ModelLoadError(f"{self.path}: the decoder has no past_key_values layers.")
-        self.cache_geometry = geometry  # (kv_heads, head_size)
+        first, first_meta = tensors[0]
+        heads, heads_source = self._kv_heads(first, first_meta, 1)
+        head_size = first_meta.shape[3]
+        if isinstance(head_size, int) and head_size > 0:
+            head_source = f"the KV cache's head size is {head_size} (dimension 3 of {first})"
+        else:
+            head_size = _positive_int(self.decoder_config.get("head_size"))
+            if head_size is None:
+                raise ModelLoadError(f"{self.path}: {first} dimension 3 (the head size) is {first_meta.shape[3]!r} in "
+                                     "the graph, and model.decoder.head_size is not set, so the engine cannot size the "
+                                     "KV cache.")
+            head_source = f"model.decoder.head_size is {head_size}"
+        for name, meta in tensors:
+            self._check_cache_type(name, meta, first, first_meta)
+            self._check_dimension(name, meta.shape, 1, heads, heads_source)
+            self._check_dimension(name, meta.shape, 3, head_size, head_source)
+        self.cache_tensors = tuple(tensors)
+        self.cache_dtype = _ORT_TYPES[first_meta.type]
+        self.cache_geometry = (heads, head_size)
         self.bytes_per_block = 0
 
+    def check_engine_geometry(self, geometry):
+        """At engine creation: the dimensions the graph fixes that only the engine's geometry
+        decides. Paged caches: dimension 0 is the engine's block count (a ring layer's: its window
+        blocks). Static caches: dimension 0 is the batch's row count (1 to max_batch_size), dimension
+        2 the positions the engine allocates per request."""
+        if self.static:
+            rows, length = geometry["max_batch_size"], geometry["max_sequence_length"]
+            for name, meta in self.cache_tensors:
+                batch = meta.shape[0]
+                if isinstance(batch, int) and not batch == rows == 1:
+                    binds = ("1 row (engine.static_batching.max_batch_size is 1)" if rows == 1 else
+                             f"one row per request of a batch, 1 to {rows} rows (engine.static_batching.max_batch_size "
+                             f"is {rows}); the graph's batch dimension must be symbolic")
+                    raise ModelLoadError(f"{self.path}: {name} dimension 0 is {batch} in the graph, but the engine "
+                                         f"binds {binds}.")
+                self._check_dimension(name, meta.shape, 2, length,
+                                      f"the engine allocates {length} positions per request (search.max_length, "
+                                      "else model.context_length)")
+            return
+        blocks, window_blocks = geometry["num_blocks"], geometry.get("window_blocks", 0)
+        if self._configured_num_blocks() == blocks:
+            full = f"engine.dynamic_batching.num_blocks is {blocks}"
+        else:
+            full = (f"the engine sized the KV cache to {blocks} blocks (engine.dynamic_batching."
+                    "gpu_utilization_factor); set engine.dynamic_batching.num_blocks to the graph's count")
+        ring = (f"the engine allocates {window_blocks} ring blocks for the sliding-window layers "
+                f"({geometry.get('window_ring_blocks', 0)} per request, from model.decoder.sliding_window.window_size "
+                f"and search.chunk_size, for engine.dynamic_batching.max_batch_size {geometry['max_batch_size']} "
+                "requests)")
+        for layer, name, meta in self.cache_tensors:
+            if layer in self.ring_layers:
+                self._check_dimension(name, meta.shape, 0, window_blocks, ring)
+            else:
+                self._check_dimension(name, meta.shape, 0, blocks, full)
+
     def open_engine(self, geometry):
+        self.check_engine_geometry(geometry)
         if self.static:
             return StaticOnnxEngineExecutor(self, geometry)
         if self.device is not None:

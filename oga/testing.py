@@ -37,6 +37,7 @@ FAULT_KINDS = {
     "retryable": 1,
     "capacity": 2,
     "fatal": 3,
+    "interrupted": 4,  # OgaExtExecutionStatus_Interrupted
 }
 
 
@@ -56,6 +57,7 @@ def create_test_model(
     per_token_logits=False,
     max_block_table_columns=0,
     prefix_caching=False,
+    preemption=None,
     sliding_window=None,
     hybrid=None,
     fixed_state_row_words=2,
@@ -71,7 +73,9 @@ def create_test_model(
     ``max_scheduled_tokens=None`` and ``chunk_size=None`` omit their keys; ``search`` entries
     override the search section. ``prefix_caching`` is written as engine.dynamic_batching.prefix_caching
     (default False, so usage counts stay independent of earlier requests); None omits the key, which
-    means on, as in onnxruntime-genai 0.18. ``sliding_window=(window_size, layers)`` makes a 2-layer
+    means on, as in onnxruntime-genai 0.18. ``preemption`` ("recompute" or "none") is written as
+    engine.dynamic_batching.preemption; None omits the key (recompute, the engine's default).
+    ``sliding_window=(window_size, layers)`` makes a 2-layer
     decoder whose ``layers`` keep a sliding-window ring (needs ``chunk_size``), which the test executor
     checks position by position. ``hybrid=(paged, conv, recurrent)`` (three lists of layer ids of a
     decoder with max(all) + 1 layers) declares model.decoder.state_groups with a paged_kv group and
@@ -97,6 +101,8 @@ def create_test_model(
         dynamic_batching["max_scheduled_tokens"] = max_scheduled_tokens
     if prefix_caching is not None:
         dynamic_batching["prefix_caching"] = bool(prefix_caching)
+    if preemption is not None:
+        dynamic_batching["preemption"] = preemption
     config = {
         "model": {
             "type": "oga_test",
@@ -138,7 +144,9 @@ def create_test_model(
 
 def inject_fault(model, phase, kind="retryable", skip=0, count=1):
     """Arms a fault on a test model (OgaExtTestModelInjectFault): the next ``skip`` consultations
-    of ``phase`` pass, then ``count`` fail. ``kind`` only matters for phase "execute"."""
+    of ``phase`` pass, then ``count`` fail. ``kind`` matters for phase "execute" (the status the
+    executor reports) and, as "interrupted", for the device and fixed-state phases (an
+    interruption instead of a failure; see OgaExtExecutionStatus_Interrupted)."""
     try:
         phase_value = FAULT_PHASES[phase]
     except KeyError:

@@ -551,6 +551,8 @@ OgaResult* OGA_API_CALL OgaExtEngineGetCounters(const OgaEngine* engine, OgaExtE
     out->fixed_state_fallback_steps = counters.fixed_state_fallback_steps;
     out->device_sampled_rows = counters.device_sampled_rows;
     out->host_read_logits_rows = counters.host_read_logits_rows;
+    out->preemptions = counters.preemptions;
+    out->recomputed_tokens = counters.recomputed_tokens;
   });
 }
 

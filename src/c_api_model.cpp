@@ -443,7 +443,7 @@ OgaResult* OGA_API_CALL OgaExtTestModelInjectFault(OgaModel* model, OgaExtFaultP
     RequireNotNull(model, "model must not be null.");
     if (model->model->faults() == nullptr) throw ApiError("Fault injection requires a test model.");
     if (phase >= oga::FaultInjector::kPhaseCount) throw ApiError("Unknown fault phase " + std::to_string(phase) + ".");
-    if (kind > OgaExtExecutionStatus_Fatal) throw ApiError("Unknown fault kind " + std::to_string(kind) + ".");
+    if (kind > OgaExtExecutionStatus_Interrupted) throw ApiError("Unknown fault kind " + std::to_string(kind) + ".");
     model->model->faults()->Arm(phase, kind, skip, count);
   });
 }

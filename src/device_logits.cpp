@@ -11,8 +11,11 @@ namespace {
 
 size_t ElementSize(OgaExtLogitsType type) { return type == OgaExtLogitsType_Float16 ? 2 : 4; }
 
-[[noreturn]] void Fail(const char* what, char* message, size_t capacity) {
+[[noreturn]] void Fail(const char* what, int32_t status, char* message, size_t capacity) {
   message[capacity - 1] = '\0';
+  if (status == static_cast<int32_t>(OgaExtExecutionStatus_Interrupted)) {
+    throw InterruptedError(std::string("the device's ") + what + " was interrupted");
+  }
   throw DeviceError(std::string("the device's ") + what + " failed: " + (message[0] != '\0' ? message : "no reason given"));
 }
 
@@ -90,7 +93,9 @@ const int32_t* DeviceLogits::Sample(const OgaExtStepOutputs& outputs, const std:
   sampling.history_tokens = history_tokens_.data();
   sampling.tokens = tokens_.data();
   char message[512] = {};
-  if (ops_->sample(ops_->context, &sampling, message, sizeof(message)) != 0) Fail("sampling", message, sizeof(message));
+  if (const int32_t status = ops_->sample(ops_->context, &sampling, message, sizeof(message)); status != 0) {
+    Fail("sampling", status, message, sizeof(message));
+  }
   for (const int32_t token : tokens_) {
     if (token < -1 || token >= static_cast<int64_t>(vocab_size_)) {
       throw DeviceError("the device's sampling returned token " + std::to_string(token) + " for a vocabulary of " +
@@ -128,9 +133,10 @@ void DeviceLogits::Read(const OgaExtStepOutputs& outputs) {
     read_destinations_[i] = mirror_.data() + i * row_bytes;
   }
   char message[512] = {};
-  if (ops_->read(ops_->context, count, read_sources_.data(), read_destinations_.data(), row_bytes, message,
-                 sizeof(message)) != 0) {
-    Fail("logits read", message, sizeof(message));
+  if (const int32_t status = ops_->read(ops_->context, count, read_sources_.data(), read_destinations_.data(),
+                                       row_bytes, message, sizeof(message));
+      status != 0) {
+    Fail("logits read", status, message, sizeof(message));
   }
 }
 

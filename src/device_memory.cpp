@@ -6,13 +6,18 @@
 #include <stdexcept>
 #include <string>
 
+#include "errors.h"
+
 namespace oga {
 
 namespace {
 
 constexpr size_t kAlignment = 64;
 
-[[noreturn]] void Fail(const char* what, const char* message) {
+[[noreturn]] void Fail(const char* what, int32_t status, const char* message) {
+  if (status == static_cast<int32_t>(OgaExtExecutionStatus_Interrupted)) {
+    throw InterruptedError(std::string("device ") + what + " was interrupted");
+  }
   throw std::runtime_error(std::string("device ") + what + " failed: " +
                            (message[0] != '\0' ? message : "no reason given"));
 }
@@ -47,9 +52,9 @@ void DeviceMemory::Copy(size_t count, const void* const* sources, void* const* d
     return;
   }
   char message[512] = {};
-  if (ops_->copy(ops_->context, count, sources, destinations, bytes, message, sizeof(message)) != 0) {
+  if (const int32_t status = ops_->copy(ops_->context, count, sources, destinations, bytes, message, sizeof(message)); status != 0) {
     message[sizeof(message) - 1] = '\0';
-    Fail("copy", message);
+    Fail("copy", status, message);
   }
 }
 
@@ -59,18 +64,18 @@ void DeviceMemory::FillZero(void* memory, size_t bytes) const {
     return;
   }
   char message[512] = {};
-  if (ops_->fill_zero(ops_->context, memory, bytes, message, sizeof(message)) != 0) {
+  if (const int32_t status = ops_->fill_zero(ops_->context, memory, bytes, message, sizeof(message)); status != 0) {
     message[sizeof(message) - 1] = '\0';
-    Fail("fill", message);
+    Fail("fill", status, message);
   }
 }
 
 void DeviceMemory::Synchronize() const {
   if (ops_ == nullptr) return;
   char message[512] = {};
-  if (ops_->synchronize(ops_->context, message, sizeof(message)) != 0) {
+  if (const int32_t status = ops_->synchronize(ops_->context, message, sizeof(message)); status != 0) {
     message[sizeof(message) - 1] = '\0';
-    Fail("synchronize", message);
+    Fail("synchronize", status, message);
   }
 }
 

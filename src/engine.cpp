@@ -12,6 +12,7 @@
 #include <random>
 #include <utility>
 
+#include "mix64.h"
 #include "sampler.h"
 
 namespace oga {
@@ -221,6 +222,7 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   limits.max_block_table_columns = executor_columns > 0 ? std::min(table_columns, executor_columns) : table_columns;
   if (ring_blocks > 0) limits.max_query_tokens = static_cast<size_t>(config.search.chunk_size);
   limits.prefix_caching = ring_blocks == 0 && batching.prefix_caching.value_or(true);
+  limits.preemption = batching.preemption == DynamicBatchingConfig::Preemption::Recompute;
   limits.window_ring_blocks = ring_blocks;
   if (fixed_pool) limits.fixed_state_row_bytes = fixed_pool->total_row_bytes();
   // CUDA graphs for pure-decode steps; fixed-state bindings change every step, so hybrid models run
@@ -302,6 +304,7 @@ Engine::Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size
       max_request_length_(max_request_length),
       eos_ids_(model_->config().eos_token_ids),
       vocab_size_(static_cast<size_t>(model_->config().vocab_size)),
+      seed_sequence_((static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}()),
       cache_(block_size, num_blocks, limits.max_batch_size,
              static_cast<size_t>((max_request_length + block_size - 1) / block_size), limits.prefix_caching),
       scheduler_(limits, cache_),
@@ -398,9 +401,10 @@ std::shared_ptr<Request> Engine::CreateRequest(const OgaRequestOptions* options,
     max_session_tokens = options->max_session_tokens;
   }
   bound_.reserve(bound_.size() + 1);
-  // The request's durable seed basis: search.random_seed, else drawn once from the OS.
+  // The request's durable seed basis: search.random_seed, else the next value of the engine's
+  // splitmix64 sequence (seeded once from the OS: a random_device draw costs ~20 us per request).
   const uint64_t seed = search.random_seed ? *search.random_seed
-                                           : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+                                           : Mix64(seed_sequence_ += 0x9E3779B97F4A7C15ull);
   auto request = std::make_shared<Request>(this, next_request_serial_++, max_session_tokens, search);
   request->stream.Seed(seed);
   bound_.push_back(request);
@@ -558,6 +562,7 @@ void Engine::RewindToStartOfTurn(Request& request, uint64_t turn_id) {
   const size_t boundary = start->second;
   request.tokens.resize(boundary);
   request.processed = std::min(request.processed, boundary);
+  request.recompute_until = std::min(request.recompute_until, boundary);
   request.turn_starts.erase(start, request.turn_starts.end());
   if (static_batching()) {
     for (StaticRow& row : static_scheduler_->rows()) {
@@ -656,7 +661,16 @@ void Engine::Run(OgaEngineEventBuffer& buffer) {
   ++buffer.generation;
   buffer.count = 0;
   ReclaimAbandoned();
-  if (pending_.empty() && !unhealthy_) Step();
+  if (pending_.empty() && !unhealthy_) {
+    interrupted_ = false;
+    Step();
+    if (interrupted_) {
+      // The caller was interrupted (see OgaExtExecutionStatus_Interrupted): control goes back at
+      // once; the step's Retryable event is delivered by the next Run.
+      interrupted_ = false;
+      return;
+    }
+  }
   Deliver(buffer);
 }
 
@@ -688,6 +702,10 @@ void Engine::Step() {
            std::string("Dynamic scheduler planning failed and the Engine is no longer healthy. Cause: ") + error.what());
     return;
   }
+  if (limits_.preemption && (plan_.outcome == StepOutcome::CapacityDeferred ||
+                              (plan_.outcome == StepOutcome::Executable && plan_.deferred_decodes > 0))) {
+    PreemptForCapacity();
+  }
   switch (plan_.outcome) {
     case StepOutcome::NoWork:
       return;
@@ -714,6 +732,10 @@ void Engine::ExecuteTransaction() {
     }
     cache_.Reserve(plan_);
     CheckFixedStateReservation();
+  } catch (const InterruptedError&) {
+    Rollback();
+    RetryInterrupted();
+    return;
   } catch (const std::exception& error) {
     cache_.Discard();
     Poison(OgaErrorCode_EngineContractFailure,
@@ -744,6 +766,10 @@ void Engine::ExecuteTransaction() {
       Rollback();
       PushEngineEvent(OgaEngineEventFlag_Retryable, OgaErrorCode_RetryableExecution);
       return;
+    case OgaExtExecutionStatus_Interrupted:
+      Rollback();
+      RetryInterrupted();
+      return;
     case OgaExtExecutionStatus_CapacityExceeded:
       Rollback();
       PushEngineEvent(OgaEngineEventFlag_CapacityBlocked, OgaErrorCode_ExecutionCapacityExceeded);
@@ -772,6 +798,10 @@ void Engine::ExecuteTransaction() {
     Rollback();
     PushEngineEvent(OgaEngineEventFlag_Retryable, OgaErrorCode_RetryableExecution);
     return;
+  } catch (const InterruptedError&) {
+    Rollback();
+    RetryInterrupted();
+    return;
   } catch (const std::bad_alloc&) {
     Rollback();
     PushEngineEvent(OgaEngineEventFlag_CapacityBlocked, OgaErrorCode_ExecutionCapacityExceeded);
@@ -799,6 +829,11 @@ void Engine::ExecuteTransaction() {
   // intact after a failure, but a half-written inactive bank cannot be proven whole for a retry.
   try {
     cache_.PrepareCommit(plan_);
+  } catch (const InterruptedError&) {
+    // Only inactive banks and unpublished checkpoints were written: the retry writes them again.
+    Rollback();
+    RetryInterrupted();
+    return;
   } catch (const std::exception& error) {
     Rollback();
     Poison(OgaErrorCode_EngineExecutionFailure,
@@ -970,6 +1005,7 @@ void Engine::EndTurnState(Request& request) noexcept {
   request.stop.Clear();
   request.guidance.reset();
   request.draft_tokens.clear();  // any terminal boundary discards a pending proposal
+  request.recomputing = false;
 }
 
 void Engine::StageResults(const OgaExtStepOutputs& outputs) {
@@ -1102,7 +1138,16 @@ void Engine::PublishCommit() {
   for (const size_t r : plan_.publish_order) {
     const RequestStepPlan& row = plan_.rows[r];
     row.request->processed = row.processed_before + row.committed_tokens();
-    if (row.newly_admitted) {
+    // Tokens a preempted cache had held are redone work (adopted prefix-cache blocks are not).
+    size_t& until = row.request->recompute_until;
+    if (row.processed_before < until) counters_.recomputed_tokens += std::min(until, row.request->processed) - row.processed_before;
+    if (row.request->processed >= until) until = 0;
+    if (row.request->recomputing) {
+      if (row.samples) {
+        row.request->recomputing = false;
+        row.request->draft_tokens.clear();  // proposed for the token this step sampled
+      }
+    } else if (row.newly_admitted) {
       // Only adopted tokens of this turn's own input count (a rewound request re-adopts its history).
       const size_t adopted = row.cached_blocks * cache_.block_size();
       const size_t history = row.request->turn_starts.empty() ? 0 : row.request->turn_starts.back().second;
@@ -1135,10 +1180,49 @@ void Engine::Rollback() {
   ++counters_.rolled_back_steps;
 }
 
+void Engine::PreemptForCapacity() {
+  // Preemption is a committed operation of its own, before the step's transaction: it changes no
+  // request's tokens, turn, search or sampler state, only where (whether) its KV cache lives, which
+  // is derived state a prefill recomputes. A step that then rolls back leaves the victims queued.
+  bool preempted_running = false;
+  while (plan_.outcome == StepOutcome::CapacityDeferred ||
+         (plan_.outcome == StepOutcome::Executable && plan_.deferred_decodes > 0)) {
+    Request* victim = scheduler_.PreemptionVictim();
+    if (victim == nullptr) return;
+    scheduler_.ReserveWaitingSlot();  // may throw bad_alloc before anything changed
+    preempted_running = preempted_running || IsExecutable(*victim);
+    Preempt(*victim);
+    // Admitting into the room a running victim just made would only preempt again.
+    scheduler_.PlanStep(plan_, !preempted_running);
+  }
+}
+
+void Engine::Preempt(Request& request) {
+  const bool running = IsExecutable(request);
+  const size_t cached = request.processed;
+  scheduler_.Remove(request);
+  cache_.Release(request);
+  request.processed = 0;
+  request.recompute_until = std::max(request.recompute_until, cached);
+  ++counters_.preemptions;
+  if (!running) return;  // turn-complete: its next BeginTurn queues it like a rewound request
+  // The caller's proposal was for the token after the pending one; the recompute samples that token.
+  request.draft_tokens.clear();
+  // Queued to prefill again: Assigned, like any turn waiting for admission.
+  request.status = RequestStatus::Assigned;
+  request.recomputing = true;
+  scheduler_.EnqueueFront(request);
+}
+
 void Engine::FailUnserviceable(Request& request) {
   scheduler_.Remove(request);
   cache_.Release(request);
   PublishTerminal(request, OgaFinishReason_Failed, OgaErrorCode_RequestUnserviceable);
+}
+
+void Engine::RetryInterrupted() {
+  PushEngineEvent(OgaEngineEventFlag_Retryable, OgaErrorCode_RetryableExecution);
+  interrupted_ = true;
 }
 
 void Engine::PushEngineEvent(OgaEngineEventFlags flags, OgaErrorCode code) {
@@ -1248,6 +1332,9 @@ void Engine::StepStatic() {
     case OgaExtExecutionStatus_Retryable:
       PushEngineEvent(OgaEngineEventFlag_Retryable, OgaErrorCode_RetryableExecution);
       return;
+    case OgaExtExecutionStatus_Interrupted:
+      RetryInterrupted();
+      return;
     case OgaExtExecutionStatus_CapacityExceeded:
       PushEngineEvent(OgaEngineEventFlag_CapacityBlocked, OgaErrorCode_ExecutionCapacityExceeded);
       return;
@@ -1271,6 +1358,9 @@ void Engine::StepStatic() {
     SelectTokens(count, outputs);
   } catch (const RetryableStepError&) {
     PushEngineEvent(OgaEngineEventFlag_Retryable, OgaErrorCode_RetryableExecution);
+    return;
+  } catch (const InterruptedError&) {
+    RetryInterrupted();
     return;
   } catch (const std::bad_alloc&) {
     PushEngineEvent(OgaEngineEventFlag_CapacityBlocked, OgaErrorCode_ExecutionCapacityExceeded);

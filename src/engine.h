@@ -67,6 +67,8 @@ struct EngineCounters {
   uint64_t fixed_state_fallback_steps = 0;
   uint64_t device_sampled_rows = 0;
   uint64_t host_read_logits_rows = 0;
+  uint64_t preemptions = 0;        // residents whose cache a step released to make room
+  uint64_t recomputed_tokens = 0;  // tokens prefilled again after a preemption (committed steps)
 };
 
 class Engine {
@@ -190,7 +192,15 @@ class Engine {
   void CountVerification(const RequestStepPlan& row, const StagedResult& staged);
   void Rollback();
   void FailUnserviceable(Request& request);
+  // Recompute preemption: while a resident decode waits for a block or nothing fits, releases a
+  // victim's cache and plans again (until no victim is left).
+  void PreemptForCapacity();
+  // Releases `request`'s blocks and residency; a running turn is requeued to prefill its committed
+  // tokens again, a turn-complete one prefills its history at its next turn (as after a rewind).
+  void Preempt(Request& request);
   void PushEngineEvent(OgaEngineEventFlags flags, OgaErrorCode code);
+  // After the rollback of a step whose callback was interrupted: a Retryable event, kept for the next Run.
+  void RetryInterrupted();
   // Ends `request`'s turn with `reason` and publishes its terminal event, merged into the last
   // retained token event of the same turn when one exists.
   void PublishTerminal(Request& request, OgaFinishReason reason, OgaErrorCode code);
@@ -205,6 +215,7 @@ class Engine {
   const uint64_t max_request_length_;
   const std::vector<int32_t> eos_ids_;
   const size_t vocab_size_;
+  uint64_t seed_sequence_;  // unseeded requests' seed bases: Mix64 of a Weyl sequence from the OS
 
   PagedKeyValueCache cache_;
   DynamicBatchScheduler scheduler_;
@@ -241,6 +252,9 @@ class Engine {
 
   SpeculativeCounters speculative_;
   bool in_step_ = false;  // a transaction is running (executor callbacks may call back in)
+  // The step was rolled back because a callback was interrupted (OgaExtExecutionStatus_Interrupted):
+  // Run returns without delivering, the retained Retryable event goes to the next Run.
+  bool interrupted_ = false;
 
   bool unhealthy_ = false;
   std::string fatal_message_;

@@ -20,7 +20,9 @@ void Engine::SetDraftTokens(Request& request, const int32_t* tokens, size_t coun
     request.draft_tokens.clear();
     return;
   }
-  if (request.status != RequestStatus::Active) {
+  // A preempted request (recomputing its cache) is still decoding as far as its caller can tell; its
+  // proposal is dropped when the recompute samples the token it was meant to follow.
+  if (request.status != RequestStatus::Active && !request.recomputing) {
     throw ApiError("Speculative draft tokens may only be proposed when the request is ready to decode.");
   }
   const TurnPolicy& policy = request.policy;

@@ -240,6 +240,10 @@ std::string Engine::CheckInvariants() const {
         break;
     }
     if (request.tokens.size() >= request.max_session_tokens + 1) report(name + " exceeds max_session_tokens");
+    if (request.recomputing && request.status != RequestStatus::Assigned) {
+      report(name + " is recomputing a preempted cache but is " + StatusName(request.status));
+    }
+    if (request.recompute_until > request.tokens.size()) report(name + " recomputes past its sequence");
   }
   return violations.str();
 }

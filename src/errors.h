@@ -34,6 +34,15 @@ class DeviceError : public std::runtime_error {
   explicit DeviceError(const std::string& message) : std::runtime_error(message) {}
 };
 
+// A callback reported OgaExtExecutionStatus_Interrupted (the caller's thread was interrupted, e.g.
+// Python's KeyboardInterrupt inside a Python callback): nothing failed. Inside a step the
+// transaction is rolled back as Retryable and Run returns without delivering events; elsewhere the
+// call fails without effect.
+class InterruptedError : public std::runtime_error {
+ public:
+  explicit InterruptedError(const std::string& message) : std::runtime_error(message) {}
+};
+
 inline constexpr const char* kOwnerThreadMessage = "Engine operations must be called from the Engine owner thread.";
 inline constexpr const char* kClosedRequestMessage = "Cannot use a closed request.";
 

@@ -263,7 +263,9 @@ const uint8_t* FixedStatePool::NewStateSource(size_t tensor, size_t r, const Req
 
 void FixedStatePool::PrepareCommit(const StepPlan& plan, const std::vector<CheckpointRequest>& checkpoints) {
   ValidateCommit(plan);
-  const bool fail = faults_ != nullptr && faults_->Consult(OgaExtFaultPhase_FixedStatePrepare) != OgaExtExecutionStatus_Ok;
+  const OgaExtExecutionStatus fault =
+      faults_ != nullptr ? faults_->Consult(OgaExtFaultPhase_FixedStatePrepare) : OgaExtExecutionStatus_Ok;
+  const bool fail = fault != OgaExtExecutionStatus_Ok;
   try {
     // An injected failure writes half of the rows first, as a device failure part-way would.
     const size_t rows = fail ? rows_.size() / 2 : rows_.size();
@@ -280,6 +282,7 @@ void FixedStatePool::PrepareCommit(const StepPlan& plan, const std::vector<Check
     }
     if (fail) {
       memory_.Synchronize();
+      if (fault == OgaExtExecutionStatus_Interrupted) throw InterruptedError("injected fixed-state interruption");
       throw std::runtime_error("injected fixed-state commit-preparation fault");
     }
     // Checkpoints: an adoption is a use (before this step's new checkpoints choose victims); the new
@@ -307,6 +310,10 @@ void FixedStatePool::PrepareCommit(const StepPlan& plan, const std::vector<Check
       memory_.Copy(checkpoint_copies_.size(), copy_sources_.data(), copy_destinations_.data(), tensors_[t].row_bytes);
     }
     memory_.Synchronize();
+  } catch (const InterruptedError&) {
+    // The device is intact and only inactive banks and unpublished checkpoint rows were written,
+    // which a retry writes again: still Reserved, for the engine's rollback (Discard).
+    throw;
   } catch (...) {
     // The inactive banks may be half written: nothing proves them whole for a retry.
     healthy_ = false;

@@ -18,7 +18,9 @@
 //   PrepareCommit   the fallible copies: staged outputs (or, for a partially accepted draft
 //                   proposal, the captured state after its last accepted token) into each slot's
 //                   inactive bank. A failure marks the pool unhealthy: the inactive banks may be
-//                   half written, though every active bank is intact.
+//                   half written, though every active bank is intact. An interrupted device
+//                   operation (InterruptedError) does not: the device is intact, the reservation
+//                   stays Reserved for Discard, and a retry writes those banks again.
 //   PublishCommit   noexcept: flip banks, advance generations and committed tokens, publish
 //                   provisional ownership.
 //   Discard         from Reserved or Prepared: provisional slots go back; residents untouched.

@@ -61,6 +61,9 @@ union ConstraintInitBuffer {
 };
 
 std::atomic<OgaExtTokenizeFunction> g_tokenize{nullptr};
+// Set when the registered tokenizer returned OgaExtTokenize_Interrupted on this thread; the mask
+// computation that ran it (on the same thread) then fails with InterruptedError.
+thread_local bool t_tokenize_interrupted = false;
 std::mutex g_library_mutex;
 std::string g_library_path;  // guarded by g_library_mutex
 const GuidanceApi* g_api = nullptr;
@@ -179,6 +182,7 @@ size_t GuidanceTokenizer::TokenizeContext::Tokenize(const uint8_t* bytes, size_t
     {
       std::vector<uint32_t> got(count + 1);
       const size_t n = function(directory.c_str(), bytes, count, got.data(), got.size());
+      if (n == OgaExtTokenize_Interrupted) t_tokenize_interrupted = true;
       if (n > 0 && n <= got.size()) {
         std::string spelled;
         for (size_t i = 0; i < n; ++i) {
@@ -278,8 +282,14 @@ GuidanceCursor::GuidanceCursor(std::shared_ptr<const GuidanceTokenizer> tokenize
   buffer.init.log_stderr_level = 0;  // errors reach the caller as messages, not on stderr
   buffer.init.limits.verbose_errors = false;
   const char* kind = type == "lark_grammar" ? "lark" : type.c_str();  // json_schema and regex keep their names
+  t_tokenize_interrupted = false;
   matcher_ = api.new_matcher(&buffer, kind, data.c_str());
   if (matcher_ == nullptr) throw ApiError("llguidance could not create a matcher for the " + type + " guidance.");
+  if (t_tokenize_interrupted) {
+    t_tokenize_interrupted = false;
+    api.free_matcher(matcher_);
+    throw InterruptedError("the tokenizer guidance called was interrupted");
+  }
   if (const char* error = api.matcher_get_error(matcher_); error != nullptr) {
     const std::string reason = FirstLine(error);
     api.free_matcher(matcher_);
@@ -309,7 +319,14 @@ GuidanceCursor::~GuidanceCursor() { tokenizer_->api().free_matcher(matcher_); }
 const uint32_t* GuidanceCursor::Mask() {
   if (poisoned_) return nullptr;
   if (!mask_valid_) {
-    if (tokenizer_->api().matcher_compute_mask_into(matcher_, mask_.data(), mask_.size() * 4) != 0) {
+    t_tokenize_interrupted = false;
+    const int32_t status = tokenizer_->api().matcher_compute_mask_into(matcher_, mask_.data(), mask_.size() * 4);
+    if (t_tokenize_interrupted) {
+      // The mask may rest on a fallback tokenization: computed again when the step is retried.
+      t_tokenize_interrupted = false;
+      throw InterruptedError("the tokenizer guidance called was interrupted");
+    }
+    if (status != 0) {
       Poison("llguidance failed to compute a token mask");
       return nullptr;
     }

@@ -71,7 +71,8 @@ class GuidanceCursor {
   GuidanceCursor& operator=(const GuidanceCursor&) = delete;
 
   // The tokens the grammar allows next, one bit per token id (bit t % 32 of word t / 32), computed
-  // once per committed position. Returns nullptr once the cursor is poisoned.
+  // once per committed position. Returns nullptr once the cursor is poisoned. Throws
+  // InterruptedError (the cursor unchanged) when the registered tokenizer was interrupted.
   const uint32_t* Mask();
   // Advances past a committed token. A failure poisons the cursor; it never throws.
   void Consume(int32_t token) noexcept;

@@ -486,6 +486,15 @@ bool ApplyDynamicBatchingKey(const Member& member, DynamicBatchingConfig& dynami
     dynamic.max_scheduled_tokens = ReadPositiveInt(value, key);
   } else if (key == "prefix_caching") {
     dynamic.prefix_caching = ReadBool(value, key);
+  } else if (key == "preemption") {
+    const std::string mode = ReadString(value, key);
+    if (mode == "recompute") {
+      dynamic.preemption = DynamicBatchingConfig::Preemption::Recompute;
+    } else if (mode == "none") {
+      dynamic.preemption = DynamicBatchingConfig::Preemption::None;
+    } else {
+      FailAt(value, "preemption must be \"recompute\" or \"none\", got \"" + mode + "\"");
+    }
   } else if (key == "dflash2_max_snapshots") {
     ReadNonNegativeInt(value, key);  // only the DFlash-2 drafter reads it
   } else {
@@ -559,6 +568,78 @@ void ParseTestModelSection(const Value& test_model, ModelConfig& config) {
       FailUnknownKey("test_model", member);
     }
   }
+}
+
+// ---- file names: confined to the model directory ----
+
+// OGA 0.18's check of every file name in genai_config.json, with its texts; `key_path` is the
+// dotted key ("model.decoder.filename"). Lexical, as 0.18's: a name starting with a separator is
+// absolute, and a ".." component (separators '/' and '\\') escapes. A symlink inside the directory
+// is followed wherever it points, as 0.18 does. NUL separates components too: the loader reads the
+// name up to its first NUL, and no prefix of a name that passes may end in "..".
+void CheckConfigPath(const std::string& key_path, const std::string& path) {
+  if (path.empty()) return;
+  if (path.front() == '/' || path.front() == '\\') {
+    throw std::runtime_error(key_path + ": Config path must be a relative path under the model directory, got: " +
+                             path);
+  }
+  constexpr std::string_view kSeparators("/\\\0", 3);
+  for (size_t start = 0; start <= path.size();) {
+    size_t end = path.find_first_of(kSeparators, start);
+    if (end == std::string::npos) end = path.size();
+    if (path.compare(start, end - start, "..") == 0) {
+      throw std::runtime_error(key_path + ": Config path must not contain path traversal (..): " + path);
+    }
+    start = end + 1;
+  }
+}
+
+// model.<section>.<key> when it is of `type` (keys are unique: the parser rejects duplicates).
+const Value* ModelValue(const Value& root, std::string_view section, std::string_view key, json::Type type) {
+  const Value* model = root.Find("model");
+  const Value* part = model != nullptr && model->is_object() ? model->Find(section) : nullptr;
+  const Value* value = part != nullptr && part->is_object() ? part->Find(key) : nullptr;
+  return value != nullptr && value->type() == type ? value : nullptr;
+}
+
+void CheckModelPath(const Value& root, std::string_view section, std::string_view key) {
+  if (const Value* value = ModelValue(root, section, key, json::Type::kString)) {
+    CheckConfigPath("model." + std::string(section) + "." + std::string(key), value->string_value());
+  }
+}
+
+// model.<section>.pipeline: [{"<stage>": {"filename": ...}}, ...]
+void CheckPipelinePaths(const Value& root, std::string_view section) {
+  const Value* pipeline = ModelValue(root, section, "pipeline", json::Type::kArray);
+  if (pipeline == nullptr) return;
+  const std::string key_path = "model." + std::string(section) + ".pipeline.filename";
+  for (const Value& stage : pipeline->elements()) {
+    if (!stage.is_object()) continue;
+    for (const Member& named : stage.members()) {
+      if (!named.value.is_object()) continue;
+      const Value* filename = named.value.Find("filename");
+      if (filename != nullptr && filename->is_string()) CheckConfigPath(key_path, filename->string_value());
+    }
+  }
+}
+
+// Every file name 0.18 checks when it reads the config, in its order (observed side by side: the
+// decoder's come last). oga loads only the decoder file; the others belong to model kinds oga does
+// not run, checked so that a config 0.18 refuses is refused here with the same text.
+void CheckConfigPaths(const Value& root, const ModelConfig& config) {
+  CheckModelPath(root, "encoder", "filename");
+  CheckModelPath(root, "embedding", "filename");
+  for (const char* key : {"filename", "config_filename", "adapter_filename"}) CheckModelPath(root, "vision", key);
+  CheckPipelinePaths(root, "vision");
+  for (const char* key : {"filename", "config_filename", "adapter_filename"}) CheckModelPath(root, "speech", key);
+  CheckModelPath(root, "joiner", "filename");
+  CheckModelPath(root, "vad", "filename");
+  for (const char* key : {"frontend_filename", "encoder_filename", "adapter_filename", "cross_kv_filename",
+                          "decoder_kv_filename"}) {
+    CheckModelPath(root, "moonshine", key);
+  }
+  CheckConfigPath("model.decoder.filename", config.decoder.filename);
+  CheckPipelinePaths(root, "decoder");
 }
 
 // ---- whole-config checks (OGA's request-creation texts, no JSON position) ----
@@ -636,6 +717,7 @@ ModelConfig ParseModelConfig(const Value& root) {
     // does not read; OGA accepts them, so they are skipped.
   }
   if (state_groups) config.decoder.state_groups = ValidateStateGroups(*state_groups, config.decoder);
+  CheckConfigPaths(root, config);
   ValidateVocabulary(config);
   return config;
 }

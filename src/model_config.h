@@ -39,6 +39,12 @@ struct DynamicBatchingConfig {
   // observed side by side in tests/conformance; the reference notes say false), except for models
   // with a sliding-window ring, which prefix caching does not support yet.
   std::optional<bool> prefix_caching;
+  // What a step does when nothing schedulable fits the free blocks or residency slots (oga only;
+  // 0.18 has no preemption): Recompute releases the KV cache of the most recently admitted running
+  // request (then of turn-complete residents) and prefills its committed tokens again later; None
+  // keeps 0.18's behaviour, a CapacityBlocked event for the caller to resolve.
+  enum class Preemption { Recompute, None };
+  Preemption preemption = Preemption::Recompute;
 };
 
 // model.decoder.inputs: graph input names (keys and defaults of OGA 0.18). `%d` in a template

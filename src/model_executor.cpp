@@ -47,7 +47,7 @@ ExecutionResult ModelExecutor::Classify(OgaExtExecutionStatus status) {
   if (result.status != OgaExtExecutionStatus_Ok) {
     message_[sizeof(message_) - 1] = '\0';
     result.message = message_[0] != '\0' ? message_ : "the model executor reported a failure without a message";
-    if (result.status > OgaExtExecutionStatus_Fatal) result.status = OgaExtExecutionStatus_Fatal;
+    if (result.status > OgaExtExecutionStatus_Interrupted) result.status = OgaExtExecutionStatus_Fatal;
   }
   return result;
 }

@@ -76,6 +76,12 @@ class Request : public std::enable_shared_from_this<Request> {
   int32_t static_row = -1;       // static: its row in the resident batch; -1 = not resident
   int32_t fixed_slot = -1;       // hybrid models: its committed fixed-state slot; -1 = none
   uint32_t retained_events = 0;  // undelivered events in the engine's queue
+  // Preempted mid-turn: its KV cache was released and the prefill of its committed tokens is being
+  // redone; cleared by the step that samples again. The turn's usage counts do not change meanwhile.
+  bool recomputing = false;
+  // Tokens its released cache had held (running or turn-complete victims): prefilling them again is
+  // counted as recompute; 0 once they are back in the cache.
+  size_t recompute_until = 0;
 
   // Public handle bookkeeping: the one external handle (nullptr once the caller released it).
   std::atomic<OgaRequest*> handle{nullptr};

@@ -8,6 +8,7 @@ namespace oga {
 
 struct DynamicBatchScheduler::Budget {
   size_t free_blocks = 0;
+  size_t running_residents = 0;  // Active and Assigned residents (admission headroom)
   size_t tokens = 0;
   size_t new_admissions = 0;
 };
@@ -20,6 +21,32 @@ DynamicBatchScheduler::DynamicBatchScheduler(const SchedulerLimits& limits, Page
 void DynamicBatchScheduler::Enqueue(Request& request) {
   waiting_.push_back(&request);
   request.waiting = true;
+}
+
+void DynamicBatchScheduler::EnqueueFront(Request& request) {
+  waiting_.insert(waiting_.begin(), &request);  // capacity reserved by ReserveWaitingSlot
+  request.waiting = true;
+}
+
+Request* DynamicBatchScheduler::PreemptionVictim() const {
+  // Running residents, newest first, sparing the oldest: it alone is guaranteed to progress.
+  const Request* oldest_running = nullptr;
+  for (const Request* request : residents_) {
+    if (request->status == RequestStatus::Active || request->status == RequestStatus::Assigned) {
+      oldest_running = request;
+      break;
+    }
+  }
+  for (size_t i = residents_.size(); i > 0; --i) {
+    Request* request = residents_[i - 1];
+    if (request == oldest_running) break;
+    if (request->status == RequestStatus::Active || request->status == RequestStatus::Assigned) return request;
+  }
+  // Then the idle: turn-complete residents hold blocks and a residency slot that nobody uses now.
+  for (Request* request : residents_) {
+    if (request->status == RequestStatus::TurnComplete) return request;
+  }
+  return nullptr;
 }
 
 void DynamicBatchScheduler::Remove(Request& request) {
@@ -39,10 +66,13 @@ bool DynamicBatchScheduler::HasExecutableWork() const {
   return false;
 }
 
-void DynamicBatchScheduler::PlanStep(StepPlan& plan) const {
+void DynamicBatchScheduler::PlanStep(StepPlan& plan, bool admit) const {
   plan.Reset();
   Budget budget;
   budget.free_blocks = cache_.free_blocks();
+  for (const Request* request : residents_) {
+    if (request->status == RequestStatus::Active || request->status == RequestStatus::Assigned) ++budget.running_residents;
+  }
   bool more = true;
   bool any_candidate = false;
   for (Request* request : residents_) {
@@ -57,8 +87,12 @@ void DynamicBatchScheduler::PlanStep(StepPlan& plan) const {
     any_candidate = true;
     more = Consider(*request, false, true, budget, plan);
   }
+  if (!admit && !waiting_.empty()) {
+    any_candidate = true;
+    plan.capacity_deferred = true;
+  }
   for (Request* request : waiting_) {
-    if (!more) break;
+    if (!more || !admit) break;
     any_candidate = true;
     more = Consider(*request, true, true, budget, plan);
   }
@@ -135,9 +169,16 @@ bool DynamicBatchScheduler::Consider(Request& request, bool newly_admitted, bool
     }
   }
   const size_t new_blocks = blocks_after - owned - cached;
-  if (new_blocks + cached_evictable > budget.free_blocks) {
+  // With preemption, a new prompt also leaves one free block per running request (this step's
+  // earlier admissions included): admitting into the last blocks the decodes are about to grow into
+  // only preempts (and recomputes) it again. Without running residents nothing is held back, so a
+  // prompt that needs the whole pool is still admitted once the pool is free.
+  const size_t running = budget.running_residents + budget.new_admissions;
+  const size_t headroom = newly_admitted && limits_.preemption && running > 0 ? running : 0;
+  if (new_blocks + cached_evictable + headroom > budget.free_blocks) {
     plan.cached_block_ids.resize(cached_begin);
     plan.capacity_deferred = true;
+    if (!prefill) ++plan.deferred_decodes;
     return true;  // a smaller later candidate may still fit
   }
   RequestStepPlan row;

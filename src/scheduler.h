@@ -12,6 +12,15 @@
 // again. Caller-supplied drafts are optional work: they get
 // what budget is left after every mandatory token, before prefills grow. Sustained decode demand
 // can starve prefills.
+//
+// Preemption by recompute: when a resident decode cannot get its next block, or nothing fits at
+// all, the engine asks PreemptionVictim for a resident to give its cache back -- the most recently
+// admitted running request other than the oldest one (possibly the starved decode itself), then
+// turn-complete residents in admission order -- and plans again, until every resident decode is
+// scheduled. A running victim is requeued at the front of the waiting queue and admitted again
+// later like a prompt of all its committed tokens; a step that preempted a running request admits
+// nothing, and a new prompt is admitted only with one free block left per running request. The oldest running request is never a victim, so it always progresses: every request
+// whose session fits the pool alone finishes.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +44,7 @@ struct SchedulerLimits {
   size_t window_ring_blocks = 0;    // R per block table; 0 = no sliding-window ring
   size_t fixed_state_row_bytes = 0; // one request's fixed state over every tensor; 0 = no fixed state
   bool graph_capture = false;       // pure-decode steps are packed for CUDA graphs
+  bool preemption = true;           // recompute preemption when nothing fits (else CapacityBlocked)
 };
 
 class DynamicBatchScheduler {
@@ -47,10 +57,15 @@ class DynamicBatchScheduler {
   }
   // Queues a nonresident request (first turn, or a turn cancelled before admission).
   void Enqueue(Request& request);
+  // Queues a preempted request ahead of every waiting one (call ReserveWaitingSlot first).
+  void EnqueueFront(Request& request);
   // Removes a request from the waiting queue or the residents (it must not be reserved).
   void Remove(Request& request);
-  // Plans the next step without mutating any request or cache state.
-  void PlanStep(StepPlan& plan) const;
+  // The resident to preempt when nothing fits, or nullptr when preempting cannot help.
+  Request* PreemptionVictim() const;
+  // Plans the next step without mutating any request or cache state; `admit` false considers no
+  // waiting request (a step that preempted a running request admits nothing).
+  void PlanStep(StepPlan& plan, bool admit = true) const;
   // Publishes the admissions of a committed plan (after the cache committed it).
   void CommitAdmissions(const StepPlan& plan);
 

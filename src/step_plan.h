@@ -62,6 +62,7 @@ struct StepPlan {
   size_t block_table_columns = 0;
   size_t new_blocks = 0;
   bool capacity_deferred = false;  // some candidate waited for capacity
+  size_t deferred_decodes = 0;     // resident decodes that waited for a block (preemption's trigger)
   bool graph_eligible = false;     // pure decode, one token per row
 
   void Reset() {
@@ -75,6 +76,7 @@ struct StepPlan {
     block_table_columns = 0;
     new_blocks = 0;
     capacity_deferred = false;
+    deferred_decodes = 0;
     graph_eligible = false;
   }
 };

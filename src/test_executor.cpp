@@ -79,12 +79,18 @@ void DeviceRelease(void* context, void* memory) {
   std::free(memory);
 }
 
+// A device fault of kind Interrupted reports an interruption (the device intact); any other a failure.
+int32_t FaultReturn(OgaExtExecutionStatus fault) {
+  return fault == OgaExtExecutionStatus_Interrupted ? static_cast<int32_t>(OgaExtExecutionStatus_Interrupted) : 1;
+}
+
 int32_t DeviceCopy(void* context, size_t count, const void* const* sources, void* const* destinations, size_t bytes,
                    char* message, size_t capacity) {
   auto* device = static_cast<SimulatedDevice*>(context);
-  if (device->faults->Consult(OgaExtFaultPhase_DeviceCopy) != OgaExtExecutionStatus_Ok) {
+  if (const OgaExtExecutionStatus fault = device->faults->Consult(OgaExtFaultPhase_DeviceCopy);
+      fault != OgaExtExecutionStatus_Ok) {
     if (capacity > 0) std::snprintf(message, capacity, "simulated device: copy of %zu rows failed", count);
-    return 1;
+    return FaultReturn(fault);
   }
   for (size_t i = 0; i < count; ++i) std::memcpy(destinations[i], sources[i], bytes);
   device->copies += count;
@@ -109,9 +115,10 @@ float DecodeDeviceLogit(float stored) { return -stored; }
 int32_t DeviceRead(void* context, size_t count, const void* const* sources, void* const* destinations, size_t bytes,
                    char* message, size_t capacity) {
   auto* device = static_cast<SimulatedDevice*>(context);
-  if (device->faults->Consult(OgaExtFaultPhase_DeviceCopy) != OgaExtExecutionStatus_Ok) {
+  if (const OgaExtExecutionStatus fault = device->faults->Consult(OgaExtFaultPhase_DeviceCopy);
+      fault != OgaExtExecutionStatus_Ok) {
     if (capacity > 0) std::snprintf(message, capacity, "simulated device: read of %zu rows failed", count);
-    return 1;
+    return FaultReturn(fault);
   }
   for (size_t i = 0; i < count; ++i) {
     const float* source = static_cast<const float*>(sources[i]);
@@ -126,9 +133,10 @@ int32_t DeviceRead(void* context, size_t count, const void* const* sources, void
 // (the contract forbids touching the executor's logits).
 int32_t DeviceSample(void* context, const OgaExtDeviceSampling* sampling, char* message, size_t capacity) {
   auto* device = static_cast<SimulatedDevice*>(context);
-  if (device->faults->Consult(OgaExtFaultPhase_DeviceSample) != OgaExtExecutionStatus_Ok) {
+  if (const OgaExtExecutionStatus fault = device->faults->Consult(OgaExtFaultPhase_DeviceSample);
+      fault != OgaExtExecutionStatus_Ok) {
     if (capacity > 0) std::snprintf(message, capacity, "simulated device: sampling kernel launch failed (injected)");
-    return 1;
+    return FaultReturn(fault);
   }
   const size_t vocab = sampling->vocab_size;
   SamplingScratch scratch(vocab);

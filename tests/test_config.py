@@ -689,6 +689,140 @@ def test_python_config_surface(tmp_path, loader):
 
 
 # ---------------------------------------------------------------------------------------------
+# File names confined to the model directory (0.18's check and texts, at config creation)
+# ---------------------------------------------------------------------------------------------
+TRAVERSAL = "Config path must not contain path traversal (..): "
+NOT_RELATIVE = "Config path must be a relative path under the model directory, got: "
+
+# filename -> the text after "model.decoder.filename: ", as onnxruntime-genai 0.18 reports them
+ESCAPING_DECODER_FILENAMES = [
+    ("../x/decoder.onnx", TRAVERSAL), ("sub/../model.onnx", TRAVERSAL), ("sub/..", TRAVERSAL),
+    ("..", TRAVERSAL), ("../", TRAVERSAL), ("./..", TRAVERSAL), ("..\\x\\decoder.onnx", TRAVERSAL),
+    ("sub\\..\\model.onnx", TRAVERSAL), ("/tmp/x/decoder.onnx", NOT_RELATIVE), ("/../x", NOT_RELATIVE),
+    ("//server/x/decoder.onnx", NOT_RELATIVE), ("\\x\\decoder.onnx", NOT_RELATIVE),
+    ("\\\\server\\share\\m.onnx", NOT_RELATIVE),
+]
+ACCEPTED_DECODER_FILENAMES = ["model.onnx", "./model.onnx", "sub/model.onnx", "..model.onnx", "a..b/model.onnx",
+                              " ../model.onnx", "C:/model.onnx", ""]
+# The other file names 0.18 checks (oga loads none of them), in the order 0.18 checks them; the
+# decoder's come last.
+OTHER_CONFIG_PATHS = [("encoder", "filename"), ("embedding", "filename"), ("vision", "filename"),
+                      ("vision", "config_filename"), ("vision", "adapter_filename"), ("vision", "pipeline"),
+                      ("speech", "filename"), ("speech", "config_filename"), ("speech", "adapter_filename"),
+                      ("joiner", "filename"), ("vad", "filename"), ("moonshine", "frontend_filename"),
+                      ("moonshine", "encoder_filename"), ("moonshine", "adapter_filename"),
+                      ("moonshine", "cross_kv_filename"), ("moonshine", "decoder_kv_filename"),
+                      ("decoder", "filename"), ("decoder", "pipeline")]
+
+
+def with_decoder_filename(filename):
+    cfg = base_config()
+    cfg["model"]["decoder"]["filename"] = filename
+    return cfg
+
+
+def with_model_path(section, key, path):
+    """base_config with model.<section>.<key> = path (a pipeline key: one stage whose filename it is)."""
+    cfg = base_config()
+    value = [{"stage": {"filename": path, "inputs": ["x"]}}] if key == "pipeline" else path
+    cfg["model"].setdefault(section, {})[key] = value
+    return cfg
+
+
+def path_error(section, key, path, text):
+    return f"model.{section}.{key if key != 'pipeline' else 'pipeline.filename'}: {text}{path}"
+
+
+@pytest.mark.parametrize("filename,text", ESCAPING_DECODER_FILENAMES)
+def test_decoder_filenames_that_escape_the_directory_are_refused(lib, tmp_path, loader, filename, text):
+    """OgaCreateConfig and OgaCreateModel refuse them before anything is loaded, as og.Config and
+    og.Model do; so does an overlay (0.18 does not check overlays: README)."""
+    fake = loader()
+    write_config(tmp_path, with_decoder_filename(filename))
+    expected = f"model.decoder.filename: {text}{filename}"
+    assert create_config(lib, tmp_path) == (None, expected)
+    assert load_model(lib, tmp_path) == (None, expected)
+    for create in (og.Config, og.Model):
+        with pytest.raises(RuntimeError) as info:
+            create(str(tmp_path))
+        assert str(info.value) == expected
+    handle, msg = create_config(lib, write_config(tmp_path / "ok", base_config()))
+    before = config_json(lib, handle)
+    overlay = json.dumps({"model": {"decoder": {"filename": filename}}}).encode()
+    assert error(lib, lib.OgaConfigOverlay(handle, overlay)) == expected
+    assert config_json(lib, handle) == before
+    lib.OgaDestroyConfig(handle)
+    assert fake.calls == []
+
+
+@pytest.mark.parametrize("filename", ACCEPTED_DECODER_FILENAMES)
+def test_decoder_filenames_inside_the_directory_are_accepted(lib, tmp_path, loader, filename):
+    fake = loader()
+    write_config(tmp_path, with_decoder_filename(filename))
+    model, msg = load_model(lib, tmp_path)
+    assert msg is None, msg
+    assert fake.calls[0]["decoder_filename"] == filename
+    lib.OgaDestroyModel(model)
+
+
+@pytest.mark.parametrize("section,key", OTHER_CONFIG_PATHS)
+def test_every_config_path_0_18_checks_is_checked(lib, tmp_path, loader, section, key):
+    fake = loader()
+    for path, text in (("../evil.onnx", TRAVERSAL), ("/evil.onnx", NOT_RELATIVE)):
+        write_config(tmp_path, with_model_path(section, key, path))
+        assert load_model(lib, tmp_path) == (None, path_error(section, key, path, text))
+    write_config(tmp_path, with_model_path(section, key, "inside/file.onnx"))
+    model, msg = load_model(lib, tmp_path)
+    assert msg is None, msg
+    lib.OgaDestroyModel(model)
+    assert len(fake.calls) == 1
+
+
+def test_config_paths_are_checked_in_0_18s_order(lib, tmp_path):
+    cfg = base_config()
+    for section, key in OTHER_CONFIG_PATHS:
+        cfg = json.loads(json.dumps(cfg))
+        value = f"../{section}.{key}"
+        cfg["model"].setdefault(section, {})[key] = [{"s": {"filename": value}}] if key == "pipeline" else value
+    for section, key in OTHER_CONFIG_PATHS:
+        _, msg = create_config(lib, write_config(tmp_path, cfg))
+        assert msg == path_error(section, key, f"../{section}.{key}", TRAVERSAL)
+        del cfg["model"][section][key]
+    assert create_config(lib, write_config(tmp_path, cfg))[1] is None
+
+
+def test_a_nul_in_a_filename_cannot_hide_a_traversal(lib, tmp_path, loader):
+    """The loader reads the name up to its first NUL (a JSON \\u0000 escape; 0.18's parser refuses
+    it): "x/..<NUL>" must not pass as "x/..". The message, a C string, ends at the NUL too."""
+    fake = loader()
+    for filename in ("x/..\u0000", "..\u0000a", "ok\u0000/../../x"):
+        write_config(tmp_path, with_decoder_filename(filename))
+        shown = filename.split("\0")[0]
+        assert load_model(lib, tmp_path) == (None, f"model.decoder.filename: {TRAVERSAL}{shown}")
+    assert fake.calls == []
+
+
+def test_symlinks_inside_the_directory_are_followed(lib, tmp_path, loader):
+    """As 0.18 (observed): the check is lexical; a symlink in the model directory, to a file or a
+    directory anywhere, loads (model directories assembled from links, such as Hugging Face cache
+    snapshots, keep working)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "decoder.onnx").write_bytes(b"")
+    directory = tmp_path / "model"
+    directory.mkdir()
+    os.symlink(outside / "decoder.onnx", directory / "link.onnx")
+    os.symlink(outside, directory / "linked")
+    fake = loader()
+    for filename in ("link.onnx", "linked/decoder.onnx"):
+        write_config(directory, with_decoder_filename(filename))
+        model, msg = load_model(lib, directory)
+        assert msg is None, msg
+        lib.OgaDestroyModel(model)
+    assert [c["decoder_filename"] for c in fake.calls] == ["link.onnx", "linked/decoder.onnx"]
+
+
+# ---------------------------------------------------------------------------------------------
 # Automatic block-pool sizing
 # ---------------------------------------------------------------------------------------------
 def auto_engine(lib, tmp_path, loader, bytes_per_block, **dyn):
@@ -783,6 +917,33 @@ for directory, overlay in json.load(sys.stdin):
         out.append(str(exc))
 print(json.dumps(out))
 """
+
+
+def test_config_path_errors_match_onnxruntime_genai(lib, tmp_path):
+    """Every escaping and accepted form, the other file names 0.18 checks, and a config with two bad
+    names (which one is reported), run through onnxruntime_genai 0.18's og.Config on the same
+    directories."""
+    import onnxruntime_genai  # noqa: F401  (a test dependency: missing, it fails)
+    cases = [with_decoder_filename(f) for f, _ in ESCAPING_DECODER_FILENAMES]
+    cases += [with_decoder_filename(f) for f in ACCEPTED_DECODER_FILENAMES]
+    cases += [with_model_path(s, k, "../evil.onnx") for s, k in OTHER_CONFIG_PATHS]
+    cases += [with_model_path(s, k, "/evil.onnx") for s, k in OTHER_CONFIG_PATHS]
+    two = with_decoder_filename("../decoder.onnx")
+    two["model"]["embedding"] = {"filename": "/embedding.onnx"}
+    cases.append(two)
+    jobs, ours = [], []
+    for i, cfg in enumerate(cases):
+        directory = tmp_path / f"p{i}"
+        write_config(directory, cfg)
+        jobs.append((str(directory), None))
+        handle, msg = create_config(lib, directory)
+        if handle is not None:
+            lib.OgaDestroyConfig(handle)
+        ours.append(msg)
+    theirs = json.loads(subprocess.run([sys.executable, "-c", PROBE], input=json.dumps(jobs), capture_output=True,
+                                       text=True, check=True, timeout=120).stdout)
+    assert ours == theirs
+    assert sum(m is not None for m in theirs) == len(cases) - len(ACCEPTED_DECODER_FILENAMES)
 
 
 def test_config_errors_match_onnxruntime_genai(lib, tmp_path):

@@ -265,8 +265,8 @@ def test_token_is_none_without_token_flag_and_usage_zero_on_token_events():
 
 
 def test_capacity_blocked_event_fields():
-    # Residency full of turn-complete requests: the third request cannot be admitted.
-    _, engine = make_engine(max_batch_size=2)
+    # Residency full of turn-complete requests: without preemption the third cannot be admitted.
+    _, engine = make_engine(max_batch_size=2, preemption="none")
     a, b_ = engine.create_request(), engine.create_request()
     for r in (a, b_):
         r.begin_turn([5, 9, 13], turn_options(r, max_gen=1))

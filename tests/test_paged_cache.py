@@ -70,7 +70,7 @@ def test_admission_reserves_the_whole_prompt():
 
 def test_admission_waits_until_the_whole_prompt_fits():
     # 5 blocks; a resident holds 3; a 9-token prompt needs 3 > 2 free even though its first chunk fits.
-    _, engine = make_engine(num_blocks=5, chunk_size=2)
+    _, engine = make_engine(num_blocks=5, chunk_size=2, preemption="none")
     holder = engine.create_request()
     holder.begin_turn(list(range(10, 20)), turn_options(holder, max_gen=1))  # 10 tokens -> 3 blocks
     drive(engine)

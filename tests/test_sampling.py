@@ -565,6 +565,15 @@ def test_unseeded_requests_draw_from_independent_os_seeded_streams():
     assert len(set(streams)) == 4, streams
 
 
+def test_unseeded_requests_of_two_engines_draw_differently():
+    # The seed bases come from each engine's own sequence, seeded from the OS once per engine: the
+    # first request of two engines must not share a stream.
+    p0 = long_prompt(16)
+    jobs = [[{"prompt": p0, "opts": sampled(temperature=3.0, max_gen=16, top_k=0)}]]
+    firsts = {tuple(run_jobs(jobs)[0][0][0][0]) for _ in range(3)}
+    assert len(firsts) == 3, firsts
+
+
 def test_model_random_seed_seeds_every_request():
     model = ogt.create_test_model(search={"random_seed": 31337})
     p0 = long_prompt(16)

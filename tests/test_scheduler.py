@@ -71,7 +71,8 @@ def test_decode_first_then_resident_prefill_then_new_prefill():
 
 
 def test_max_batch_size_bounds_rows_and_residency():
-    _, engine = make_engine(max_batch_size=2)
+    # 0.18's behaviour (no preemption): turn-complete residents keep their residency slots.
+    _, engine = make_engine(max_batch_size=2, preemption="none")
     prompts = [prompt_without_eos(3, length=2, offset=i) for i in range(3)]
     reqs = [engine.create_request() for _ in prompts]
     for r, p in zip(reqs, prompts):
@@ -216,8 +217,8 @@ def test_chunk_size_bounds_prefill_contributions():
 
 
 def test_blocked_candidate_does_not_hide_later_fitting_one():
-    # 4 blocks of 4 slots.
-    _, engine = make_engine(num_blocks=4)
+    # 4 blocks of 4 slots; without preemption the resident keeps its blocks while turn-complete.
+    _, engine = make_engine(num_blocks=4, preemption="none")
     assert engine.get_capabilities().max_request_length == 17
     a = engine.create_request()
     A = [10, 11, 12, 13, 14]

@@ -29,6 +29,18 @@ typedef uint32_t OgaExtExecutionStatus;
 #define OgaExtExecutionStatus_Retryable 1u         /* step rolled back; engine stays healthy */
 #define OgaExtExecutionStatus_CapacityExceeded 2u  /* out of memory; step rolled back; healthy */
 #define OgaExtExecutionStatus_Fatal 3u             /* unknown failure; engine becomes unhealthy */
+/* The calling thread was interrupted while the callback ran (the Python binding returns it when
+ * Python code inside the callback raised a BaseException that is not an Exception, such as
+ * KeyboardInterrupt from a signal handler): nothing is wrong with the model or the device, the
+ * caller wants control back. From execute / execute_static (and from an OgaExtDeviceOps operation,
+ * see there): the step is rolled back exactly as for Retryable (a Retryable event with
+ * OgaErrorCode_RetryableExecution is retained, the engine stays healthy) and OgaEngineRun returns
+ * at once, successfully, delivering no event, so its caller can act on the interruption (the
+ * Python binding raises it from Engine.run); the next Run delivers the retained event. From the
+ * other callbacks (open_engine, the model and token-table loaders) it is a failure like any other
+ * non-Ok status: the call that ran the callback fails and changes nothing. Values above it are
+ * Fatal. */
+#define OgaExtExecutionStatus_Interrupted 4u
 
 typedef uint32_t OgaExtLogitsType;
 #define OgaExtLogitsType_Float32 0u
@@ -164,7 +176,10 @@ typedef struct OgaExtDeviceSampling {
  * allocates and copies it itself). Every pointer is a device address unless said otherwise; the
  * pointer arrays themselves are host memory valid only during the call. Calls run on the engine
  * owner thread. Copies may be asynchronous until `synchronize`; `read` and `sample` are complete
- * when they return. A nonzero return (with a reason) makes the engine unhealthy. */
+ * when they return. A nonzero return (with a reason) makes the engine unhealthy, except
+ * OgaExtExecutionStatus_Interrupted (4): the operation was interrupted (see that status) and the
+ * device is intact; inside OgaEngineRun the step is rolled back as Retryable and Run returns
+ * without delivering events, elsewhere (engine creation) the call fails. */
 typedef struct OgaExtDeviceOps {
   void* context;
   /* `bytes` of device memory (aligned to at least 64 bytes), or NULL when out of memory. */
@@ -282,7 +297,8 @@ typedef struct OgaExtDecoderNames {
 } OgaExtDecoderNames;
 
 /* Fills *executor (its model_data then belongs to the model). Runs on the thread that loads the
- * model, without the GIL. Returns Ok, or Fatal with a NUL-terminated reason in `message`. */
+ * model, without the GIL. Returns Ok, or Fatal (or Interrupted) with a NUL-terminated reason in
+ * `message`; the model is then not created. */
 typedef OgaExtExecutionStatus (*OgaExtModelLoader)(const OgaExtDecoderNames* names, OgaExtModelExecutor* executor,
                                                    char* message, size_t message_capacity);
 /* Registers the loader (NULL unregisters). Any thread; models being loaded keep the previous one. */
@@ -312,7 +328,8 @@ typedef struct OgaExtTokenTable {
 
 /* Fills *table for the model in `model_directory`; its arrays must stay valid until the loader is
  * called again or unregistered (the engine copies them before returning). Runs on an engine owner
- * thread without the GIL. Returns Ok, or Fatal with a NUL-terminated reason in `message`. */
+ * thread without the GIL. Returns Ok, or Fatal (or Interrupted) with a NUL-terminated reason in
+ * `message`; the turn that needed the table then fails without effect, and the next one loads again. */
 typedef OgaExtExecutionStatus (*OgaExtTokenTableLoader)(const char* model_directory, OgaExtTokenTable* table,
                                                         char* message, size_t message_capacity);
 /* Registers the loader (NULL unregisters). Any thread. */
@@ -325,7 +342,12 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaExtModelSetTokenTable(OgaModel* model, con
  * (no special tokens added), writing at most `capacity` ids to `tokens`; returns how many ids the
  * text has (which may exceed `capacity`), 0 on failure. Guidance calls it where a grammar forces
  * text, so that only the first token of the text's own tokenization is allowed, as with the
- * model's tokenizer in 0.18. Any thread (without the GIL). */
+ * model's tokenizer in 0.18. Returns OgaExtTokenize_Interrupted when the calling thread was
+ * interrupted (see OgaExtExecutionStatus_Interrupted): guidance then falls back to the longest match
+ * for this text, and the operation that needed it fails without effect (OgaRequestBeginTurn fails;
+ * inside OgaEngineRun the step is rolled back as Retryable and Run returns without delivering
+ * events). Any thread (without the GIL). */
+#define OgaExtTokenize_Interrupted ((size_t)-1)
 typedef size_t (*OgaExtTokenizeFunction)(const char* model_directory, const uint8_t* bytes, size_t count,
                                          uint32_t* tokens, size_t capacity);
 /* Registers the tokenizer (NULL unregisters; models without a directory, or without one, use
@@ -386,7 +408,10 @@ typedef uint32_t OgaExtFaultPhase;
 #define OgaExtFaultPhase_DeviceSample 8u /* the simulated device's `sample` ("device_logits": true)
                                            fails: the step is rolled back and the engine unhealthy */
 /* `kind`: for OgaExtFaultPhase_Execute, the OgaExtExecutionStatus the executor reports; for
- * OgaExtFaultPhase_Plan, Fatal or not (see above); ignored by the other phases. */
+ * OgaExtFaultPhase_Plan, Fatal or not (see above); for OgaExtFaultPhase_DeviceCopy, _DeviceSample
+ * and _FixedStatePrepare, Interrupted makes the operation report an interruption (see
+ * OgaExtExecutionStatus_Interrupted: the step is rolled back as Retryable, the engine stays
+ * healthy) and any other kind the failure described above; ignored by the other phases. */
 /* Arms the fault: the next `skip` consultations of `phase` pass, then `count` fail. Arming again
  * replaces the phase's previous arming. Only test models accept faults. Any thread. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtTestModelInjectFault(OgaModel* model, OgaExtFaultPhase phase, OgaExtExecutionStatus kind,
@@ -446,6 +471,11 @@ typedef struct OgaExtEngineCounters {
    * logits rows read back to the host for host selection. */
   uint64_t device_sampled_rows;
   uint64_t host_read_logits_rows;
+  /* Recompute preemption (engine.dynamic_batching.preemption "recompute"): residents whose KV cache a
+   * step released because nothing else fitted, and tokens prefilled again for them afterwards
+   * (tokens their released cache had held; adopted prefix-cache blocks are not counted). */
+  uint64_t preemptions;
+  uint64_t recomputed_tokens;
 } OgaExtEngineCounters;
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtEngineGetCounters(const OgaEngine* engine, OgaExtEngineCounters* out);
 

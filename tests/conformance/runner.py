@@ -8,6 +8,11 @@ Two backends:
 
 `run_scenario(scenario, backend, impl, model_dirs)` returns a list of `(label, value)` records,
 one per action (see scenario.py for the shapes).
+
+oga runs every dynamic-batching directory with engine.dynamic_batching.preemption "none": 0.18 has
+no preemption, and the suite compares 0.18's scheduling (its CapacityBlocked events included).
+oga's default, recompute preemption, is a deliberate difference (README) tested by
+tests/test_preemption.py.
 """
 
 from __future__ import annotations
@@ -178,6 +183,20 @@ def _exc(e: BaseException):
     return ("raise", type(e).__name__, _message(str(e)))
 
 
+PREEMPTION_NONE = '{"engine": {"dynamic_batching": {"preemption": "none"}}}'
+
+
+def oga_overlays(model_dir, overlay):
+    """The overlays oga's side applies: the scenario's, then 0.18's no-preemption scheduling on a
+    dynamic-batching directory (an overlay on a static one would turn dynamic batching on)."""
+    try:
+        with open(os.path.join(model_dir, "genai_config.json")) as f:
+            dynamic = bool(json.load(f).get("engine", {}).get("dynamic_batching"))
+    except (OSError, ValueError, AttributeError):
+        dynamic = False  # a scenario's broken directory: created exactly as 0.18 sees it
+    return [o for o in (overlay, PREEMPTION_NONE if dynamic else None) if o]
+
+
 # ---------------------------------------------------------------------------------------------
 class _Base:
     """State and the action dispatch shared by both backends."""
@@ -289,10 +308,12 @@ class PythonRunner(_Base):
 
     def _create_model(self, overlay):
         og = self.og
-        if not overlay:
+        overlays = oga_overlays(self.model_dir, overlay) if self.impl == "oga" else [o for o in (overlay,) if o]
+        if not overlays:
             return og.Model(self.model_dir)
         config = og.Config(self.model_dir)
-        config.overlay(overlay)
+        for o in overlays:
+            config.overlay(o)
         return og.Model(config)
 
     def _default_model(self):
@@ -501,13 +522,15 @@ class CtypesRunner(_Base):
     def _create_model(self, overlay):
         lib = self.lib
         m = P()
-        if not overlay:
+        overlays = oga_overlays(self.model_dir, overlay) if self.impl == "oga" else [o for o in (overlay,) if o]
+        if not overlays:
             self.check(lib.OgaCreateModel(self.model_dir.encode(), byref(m)))
             return m
         cfg = P()
         self.check(lib.OgaCreateConfig(self.model_dir.encode(), byref(cfg)))
         try:
-            self.check(lib.OgaConfigOverlay(cfg, overlay.encode()))
+            for o in overlays:
+                self.check(lib.OgaConfigOverlay(cfg, o.encode()))
             self.check(lib.OgaCreateModelFromConfig(cfg, byref(m)))
         finally:
             lib.OgaDestroyConfig(cfg)
