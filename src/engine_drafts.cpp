@@ -20,9 +20,11 @@ void Engine::SetDraftTokens(Request& request, const int32_t* tokens, size_t coun
     request.draft_tokens.clear();
     return;
   }
-  // A preempted request (recomputing its cache) is still decoding as far as its caller can tell; its
-  // proposal is dropped when the recompute samples the token it was meant to follow.
-  if (request.status != RequestStatus::Active && !request.recomputing) {
+  // A request preempted while decoding (recomputing its cache, a token of this turn already out) is
+  // still decoding as far as its caller can tell; its proposal is dropped when the recompute samples
+  // the token it was meant to follow. One preempted during its prompt's prefill is not ready yet.
+  const bool preempted_decode = request.recomputing && request.turn_generated_tokens > 0;
+  if (request.status != RequestStatus::Active && !preempted_decode) {
     throw ApiError("Speculative draft tokens may only be proposed when the request is ready to decode.");
   }
   const TurnPolicy& policy = request.policy;
