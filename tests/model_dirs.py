@@ -4,6 +4,8 @@
   a tokenizer_config.json with SmolLM2's chat template and a genai_config.json (onnxruntime-genai
   0.18's Tokenizer needs one), in seconds and without the model builder.
 - tiny_model_dir: a random-weight model from oga.models.build with that tokenizer.
+- EXECUTOR_SPEC / executor_model_dir: the small random llama the executor tests run (paged CPU,
+  seed 3), built once per session and name.
 - smollm2_model_dir: the session's default SmolLM2-135M-Instruct build (conftest's smollm2_int4_dir) placed
   where `oga generate` finds its cached default model under $OGA_CACHE_DIR.
 - decoder_names: the OgaExtDecoderNames dict the ONNX loader receives, for executor-level tests.
@@ -133,6 +135,31 @@ def tiny_model_dir(tmp_path_factory):
         models.build(None, str(directory), random_spec=tiny_spec(vocab_size=VOCAB_SIZE, pad_token_id=PAD),
                      max_batch_size=8)
         make_tokenizer_dir(directory, genai_config=False)
+    return str(directory)
+
+
+def _executor_spec():
+    from oga.models.spec import DecoderSpec
+
+    return DecoderSpec(
+        architecture="llama", vocab_size=97, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+        num_kv_heads=2, head_dim=16, rope_theta=10000.0, rope_scaling=None, rms_norm_eps=1e-5, context_length=256,
+        tie_word_embeddings=True, qkv_bias=False, sliding_window=None, bos_token_id=1, eos_token_ids=[2],
+        pad_token_id=0)
+
+
+EXECUTOR_SPEC = _executor_spec()
+
+
+def executor_model_dir(tmp_path_factory, name, **build_kwargs):
+    """EXECUTOR_SPEC built by oga.models.build (block size 16, 8 rows, 64 tokens a step, seed 3;
+    `build_kwargs` override), once per session under `name`."""
+    directory = tmp_path_factory.getbasetemp() / name
+    if not (directory / "genai_config.json").exists():
+        from oga.models import build
+
+        kwargs = dict(block_size=16, max_batch_size=8, max_scheduled_tokens=64, seed=3, **build_kwargs)
+        build(None, str(directory), random_spec=EXECUTOR_SPEC, **kwargs)
     return str(directory)
 
 

@@ -19,8 +19,7 @@ import oga.testing as ogt
 from helpers import (E_RETRYABLE, R_NONE, RETRYABLE, TOKEN, Job, OracleSequence, Turn, counters, drive,
                      expected_workload, make_engine, prompt_without_eos, run_once, run_workload, turn_options)
 from oga import onnx_executor
-from oga.models import build
-from oga.models.spec import DecoderSpec
+from model_dirs import EXECUTOR_SPEC, executor_model_dir
 from static_models import tiny_llama_static_dir  # noqa: F401  (fixture)
 from test_hybrid_engine import TENSORS, hybrid_cfg
 
@@ -124,20 +123,14 @@ def test_an_interrupted_fixed_state_preparation_leaves_the_pool_healthy(skip):
 # The Python callbacks
 # ---------------------------------------------------------------------------------------------
 
-SPEC = DecoderSpec(
-    architecture="llama", vocab_size=97, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
-    num_kv_heads=2, head_dim=16, rope_theta=10000.0, rope_scaling=None, rms_norm_eps=1e-5, context_length=256,
-    tie_word_embeddings=True, qkv_bias=False, sliding_window=None, bos_token_id=1, eos_token_ids=[2],
-    pad_token_id=0)
+SPEC = EXECUTOR_SPEC
 PROMPTS = [[5, 9, 13], [7] * 20, [11, 12, 13, 14, 15, 16, 17, 18, 19], list(range(3, 50)), [3, 4]]
 MAX_NEW = 24
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tiny-llama-interrupts")
-    build(None, str(out), random_spec=SPEC, block_size=16, max_batch_size=8, max_scheduled_tokens=64, seed=3)
-    return str(out)
+    return executor_model_dir(tmp_path_factory, "tiny-llama")
 
 
 @pytest.fixture(scope="module")

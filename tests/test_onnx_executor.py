@@ -12,30 +12,21 @@ from oga import onnx_executor, testing
 from oga.models import build
 from oga.models.random_weights import random_model
 from oga.models.reference import greedy
-from oga.models.spec import DecoderSpec
+from model_dirs import EXECUTOR_SPEC, executor_model_dir
 from static_models import tiny_llama_static_dir  # noqa: F401  (fixture)
 
-SPEC = DecoderSpec(
-    architecture="llama", vocab_size=97, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
-    num_kv_heads=2, head_dim=16, rope_theta=10000.0, rope_scaling=None, rms_norm_eps=1e-5, context_length=256,
-    tie_word_embeddings=True, qkv_bias=False, sliding_window=None, bos_token_id=1, eos_token_ids=[2],
-    pad_token_id=0)
+SPEC = EXECUTOR_SPEC
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tiny-llama")
-    build(None, str(out), random_spec=SPEC, block_size=16, max_batch_size=8, max_scheduled_tokens=64, seed=3)
-    return str(out)
+    return executor_model_dir(tmp_path_factory, "tiny-llama")
 
 
 @pytest.fixture(scope="module")
 def standard_model_dir(tmp_path_factory):
     """model_dir's model as the standard-op graph, which onnxruntime-genai 0.18 runs too."""
-    out = tmp_path_factory.mktemp("tiny-llama-standard")
-    build(None, str(out), random_spec=SPEC, block_size=16, max_batch_size=8, max_scheduled_tokens=64, seed=3,
-          graph="standard")
-    return str(out)
+    return executor_model_dir(tmp_path_factory, "tiny-llama-standard", graph="standard")
 
 
 @pytest.fixture(scope="module")
