@@ -10,6 +10,19 @@ Kernels: with nvcc present, each cuda/*.cu becomes PTX (compute_90) and an sm_90
 while the extension compiles (cuda/build_kernels.py); without nvcc the build still succeeds and
 oga.cuda_kernels compiles them with NVRTC at run time. A wheel also carries the kernel sources (for
 NVRTC); an in-place or editable build leaves them in cuda/, where the loader finds them.
+
+Sanitizers: OGA_SANITIZE=address,undefined (any list -fsanitize= takes) builds oga._core with those
+sanitizers in its compile and link arguments, plus -fno-omit-frame-pointer and
+-fno-sanitize-recover=all (the first report ends the process, so undefined behaviour fails a run),
+-O1 and line tables for readable reports, -fno-wrapv (Python's CFLAGS define signed overflow,
+which would hide it from UBSan), and libstdc++'s assertions (-D_GLIBCXX_ASSERTIONS; with
+address also its vector annotations, -D_GLIBCXX_SANITIZE_VECTOR=1). oga._ortops is left out of a
+sanitized build: it is only loaded into ONNX Runtime sessions, and the sanitized runs (.ci/sanitize)
+drive the core through the test executor without ONNX Runtime. Python is not sanitized, so a process
+that imports the sanitized core must preload the runtime:
+LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)" (libstdc++
+too, or ASan aborts at the first C++ throw) and ASAN_OPTIONS=detect_leaks=0 (CPython leaks by
+design). Build it away from the in-place extension (in a copy of the tree, as .ci/sanitize does).
 """
 import os
 import shutil
@@ -39,14 +52,29 @@ libraries = ["dl"] if sys.platform.startswith("linux") else []
 if sys.platform == "darwin":
     compile_args.append("-mmacosx-version-min=10.15")
 
+sanitize = os.environ.get("OGA_SANITIZE", "").strip()
+core_compile_args, core_link_args = list(compile_args), list(link_args)
+if sanitize:
+    sanitizer_args = [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
+    # Later -O/-g win over Python's CFLAGS and the ones above: -O1 keeps the instrumented build
+    # quick to compile and run, -g1 gives the reports file:line frames. libstdc++'s assertions catch
+    # what ASan cannot see (an index past size() but within capacity(), front() of an empty vector);
+    # with ASan, its vector annotations report reads of a vector's unused capacity.
+    # Python's CFLAGS carry -fwrapv, which defines signed overflow and so hides it from UBSan:
+    # -fno-wrapv brings the check back (an overflow is a bug here, wrapped or not).
+    core_compile_args += sanitizer_args + ["-O1", "-g1", "-fno-wrapv", "-D_GLIBCXX_ASSERTIONS"]
+    if "address" in sanitize.split(","):
+        core_compile_args.append("-D_GLIBCXX_SANITIZE_VECTOR=1")
+    core_link_args += sanitizer_args
+
 core = Extension(
     "oga._core",
     sources=["oga/_core.pyx"] + _rel("src/*.cpp"),
     include_dirs=["include", "src"],
     depends=_rel("include/oga/*.h") + _rel("src/*.h") + ["oga/_core.pxd"],
     language="c++",
-    extra_compile_args=compile_args,
-    extra_link_args=link_args,
+    extra_compile_args=core_compile_args,
+    extra_link_args=core_link_args,
     libraries=libraries,
 )
 
@@ -62,6 +90,20 @@ ortops = Extension(
     depends=_rel("ortops/*.h"),
     language="c++",
     extra_compile_args=compile_args,
+)
+
+# oga's native ONNX Runtime executor (native_executor/): an OgaExtModelExecutor over ONNX Runtime's C
+# API, loaded by oga/native_executor.py with ctypes (it dlopens the onnxruntime wheel's
+# libonnxruntime.so itself); never linked into the core. Left out of a sanitized build like
+# oga._ortops (the sanitized runs drive the core without ONNX Runtime).
+native_executor = Extension(
+    "oga._native_executor",
+    sources=_rel("native_executor/*.cpp"),
+    include_dirs=["native_executor", "ortops", "include"],
+    depends=_rel("native_executor/*.h") + ["ortops/ort_api.h", "include/oga/oga_ext.h", "include/oga/oga.h"],
+    language="c++",
+    extra_compile_args=compile_args,
+    libraries=libraries,
 )
 
 
@@ -91,7 +133,7 @@ setup(
         [core],
         language_level=3,
         compiler_directives={"embedsignature": True},
-    ) + [ortops],
+    ) + ([] if sanitize else [ortops, native_executor]),
     # Compile the core's translation units in parallel.
     options={"build_ext": {"parallel": os.cpu_count() or 1}},
 )

@@ -1327,6 +1327,10 @@ cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtMod
             if device_ops is not None:
                 decoder._device_ops_table = _device_ops_table(device_ops)
                 executor.device_ops = <const OgaExtDeviceOps*><size_t>decoder._device_ops_table.address
+            # OGA_EXECUTOR=native: the native executor (oga/native_executor.py) takes over the table's
+            # callbacks and model_data for the decoder kinds it runs; a step then never takes the GIL.
+            if importlib.import_module("oga.native_executor").attach(decoder, <size_t>executor):
+                return 0
         except BaseException as error:
             status = _callback_failure(error, message, capacity, 3, False)  # OgaExtExecutionStatus_Fatal
             if decoder is not None and hasattr(decoder, "close"):
