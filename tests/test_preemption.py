@@ -153,10 +153,10 @@ SHAPE = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(SHAPE)
 def test_every_request_that_fits_alone_finishes(shape):
-    # Random small pools and mixes (120 of 300 such shapes stalled before preemption): every request
+    # 300 random small pools and mixes (59 of 300 such shapes stall with preemption "none", 0.18's behaviour): every request
     # whose session fits the pool alone finishes, with the oracle's events.
     model = {k: shape[k] for k in ("block_size", "num_blocks", "max_batch_size", "max_scheduled_tokens",
                                    "prefix_caching")}
