@@ -132,3 +132,27 @@ from .tokenizer import Tokenizer, TokenizerStream  # noqa: E402
 from . import runtime as _runtime  # noqa: E402
 
 __all__ += ["ElementType", "Tensor", "Tokenizer", "TokenizerStream"] + _runtime.__all__
+
+# The rest of onnxruntime-genai 0.18's names: importable, and raising a clear error when used
+# (oga/unsupported.py; README "Not supported by oga").
+from .unsupported import (  # noqa: E402
+    Adapters,
+    Audios,
+    Generator,
+    Images,
+    MtpGenerator,
+    MultiModalProcessor,
+    NamedTensors,
+    StreamingProcessor,
+)
+from . import unsupported as _unsupported  # noqa: E402
+
+__all__ += _unsupported.__all__
+
+# 0.18 also exposes its compiled module, `onnxruntime_genai.onnxruntime_genai`, which holds every
+# public name; here the package itself holds them. Left out of __all__ so that `from oga import *`
+# cannot shadow a user's `onnxruntime_genai` import.
+import sys as _sys  # noqa: E402
+
+onnxruntime_genai = _sys.modules[__name__]
+_sys.modules.setdefault(__name__ + ".onnxruntime_genai", onnxruntime_genai)
