@@ -703,7 +703,7 @@ void Engine::Step() {
     return;
   }
   if (limits_.preemption && (plan_.outcome == StepOutcome::CapacityDeferred ||
-                              (plan_.outcome == StepOutcome::Executable && plan_.deferred_decodes > 0))) {
+                              (plan_.outcome == StepOutcome::Executable && plan_.deferred_residents > 0))) {
     PreemptForCapacity();
   }
   switch (plan_.outcome) {
@@ -1186,7 +1186,7 @@ void Engine::PreemptForCapacity() {
   // is derived state a prefill recomputes. A step that then rolls back leaves the victims queued.
   bool preempted_running = false;
   while (plan_.outcome == StepOutcome::CapacityDeferred ||
-         (plan_.outcome == StepOutcome::Executable && plan_.deferred_decodes > 0)) {
+         (plan_.outcome == StepOutcome::Executable && plan_.deferred_residents > 0)) {
     Request* victim = scheduler_.PreemptionVictim();
     if (victim == nullptr) return;
     scheduler_.ReserveWaitingSlot();  // may throw bad_alloc before anything changed

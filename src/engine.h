@@ -192,8 +192,8 @@ class Engine {
   void CountVerification(const RequestStepPlan& row, const StagedResult& staged);
   void Rollback();
   void FailUnserviceable(Request& request);
-  // Recompute preemption: while a resident decode waits for a block or nothing fits, releases a
-  // victim's cache and plans again (until no victim is left).
+  // Recompute preemption: while a resident waits for blocks or nothing fits, releases a victim's
+  // cache and plans again (until no victim is left).
   void PreemptForCapacity();
   // Releases `request`'s blocks and residency; a running turn is requeued to prefill its committed
   // tokens again, a turn-complete one prefills its history at its next turn (as after a rewind).

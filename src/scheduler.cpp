@@ -178,7 +178,10 @@ bool DynamicBatchScheduler::Consider(Request& request, bool newly_admitted, bool
   if (new_blocks + cached_evictable + headroom > budget.free_blocks) {
     plan.cached_block_ids.resize(cached_begin);
     plan.capacity_deferred = true;
-    if (!prefill) ++plan.deferred_decodes;
+    if (!newly_admitted) ++plan.deferred_residents;
+    // With preemption, admission is first come, first served: a steady stream of small prompts
+    // must not starve a large one (or a preempted request waiting to recompute) forever.
+    if (newly_admitted && limits_.preemption) return false;
     return true;  // a smaller later candidate may still fit
   }
   RequestStepPlan row;

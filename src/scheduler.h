@@ -13,14 +13,17 @@
 // what budget is left after every mandatory token, before prefills grow. Sustained decode demand
 // can starve prefills.
 //
-// Preemption by recompute: when a resident decode cannot get its next block, or nothing fits at
-// all, the engine asks PreemptionVictim for a resident to give its cache back -- the most recently
-// admitted running request other than the oldest one (possibly the starved decode itself), then
-// turn-complete residents in admission order -- and plans again, until every resident decode is
-// scheduled. A running victim is requeued at the front of the waiting queue and admitted again
-// later like a prompt of all its committed tokens; a step that preempted a running request admits
-// nothing, and a new prompt is admitted only with one free block left per running request. The oldest running request is never a victim, so it always progresses: every request
-// whose session fits the pool alone finishes.
+// Preemption by recompute: when a resident (a decode, or a continuation's prefill) cannot get its
+// blocks, or nothing fits at all, the engine asks PreemptionVictim for a resident to give its cache
+// back -- the most recently admitted running request other than the oldest one (possibly the
+// starved one itself), then turn-complete residents in admission order -- and plans again, until
+// every resident is scheduled. A running victim is requeued at the front of the waiting queue and
+// admitted again later like a prompt of all its committed tokens. Admission is then first come,
+// first served (a waiting prompt that does not fit blocks the ones behind it), a step that
+// preempted a running request admits nothing, and a new prompt is admitted only with one free
+// block left per running request. The oldest running request is never a victim, so it always
+// progresses, and no arrival stream can overtake a waiting one: every request whose session fits
+// the pool alone finishes.
 #pragma once
 
 #include <cstddef>

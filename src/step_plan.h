@@ -62,7 +62,7 @@ struct StepPlan {
   size_t block_table_columns = 0;
   size_t new_blocks = 0;
   bool capacity_deferred = false;  // some candidate waited for capacity
-  size_t deferred_decodes = 0;     // resident decodes that waited for a block (preemption's trigger)
+  size_t deferred_residents = 0;   // residents (decodes, continuations) that waited for blocks: preemption's trigger
   bool graph_eligible = false;     // pure decode, one token per row
 
   void Reset() {
@@ -76,7 +76,7 @@ struct StepPlan {
     block_table_columns = 0;
     new_blocks = 0;
     capacity_deferred = false;
-    deferred_decodes = 0;
+    deferred_residents = 0;
     graph_eligible = false;
   }
 };

@@ -298,3 +298,66 @@ def test_preemption_config_is_validated(value, message):
     import json
     with pytest.raises(RuntimeError, match=message):
         ogt.create_test_model(preemption=json.loads(value))
+
+
+def _sustained(engine, watched, max_runs, streams=2, start_after=2):
+    """Runs while `streams` short requests (8 + 8 tokens) are kept in flight -- each closed when it
+    ends and replaced at once -- until every watched request finished its turn; returns (the
+    watched requests' events, runs, short requests served)."""
+    buf = engine.create_event_buffer(64)
+    events, alive, served = [], [], 0
+    finished = set()
+    for run in range(max_runs):
+        got = run_once(engine, buf)
+        events += [e for e in got if any(e.request is w for w in watched)]
+        finished.update(id(e.request) for e in got if e.flags & TURN_FINISHED and any(e.request is w for w in watched))
+        ended = [e.request for e in got if e.flags & TURN_FINISHED and any(e.request is r for r in alive)]
+        for r in ended:
+            alive = [a for a in alive if a is not r]
+            r.close()
+        del got, ended
+        if len(finished) == len(watched):
+            return events, run, served
+        while run >= start_after and len(alive) < streams:
+            r = engine.create_request()
+            served += 1
+            r.begin_turn([7 + served % 50] * 8, turn_options(r, 8, 8))
+            alive.append(r)
+    raise AssertionError(f"starved: {len(finished)} of {len(watched)} watched turns finished in {max_runs} runs "
+                         f"({served} short requests served, {counters(engine)['preemptions']} preemptions)")
+
+
+def test_a_preempted_request_is_not_starved_by_an_arrival_stream():
+    # V is preempted mid-turn; short requests keep arriving. Admission is first come, first served
+    # with preemption, so they cannot overtake V in the waiting queue forever.
+    _, engine = make_engine(num_blocks=16, block_size=4, max_batch_size=4, context_length=128)
+    prompt_a = prompt_without_eos(40, length=8, max_session=65)
+    prompt_v = prompt_without_eos(30, length=16, max_session=65, offset=3)
+    a, v = engine.create_request(), engine.create_request()
+    a.begin_turn(prompt_a, turn_options(a, 40, 40))
+    v.begin_turn(prompt_v, turn_options(v, 30, 30))
+    events, _, _ = _sustained(engine, [a, v], max_runs=2000)
+    assert counters(engine)["preemptions"] > 0
+    got = per_request(events)
+    for r, p, n in ((a, prompt_a, 40), (v, prompt_v, 30)):
+        assert got[r] == expected_turn_events(1, len(p), *OracleSequence().turn(p, max_gen=n, min_gen=n))
+
+
+def test_a_continuation_that_needs_the_whole_pool_is_not_starved():
+    # O's continuation needs every block of the pool (64 tokens on 16 x 4): a deferred continuation
+    # triggers preemption like a deferred decode, so the short requests in flight give way.
+    _, engine = make_engine(num_blocks=16, block_size=4, max_batch_size=4, context_length=128)
+    prompt = prompt_without_eos(4, length=24, max_session=65)
+    o = engine.create_request()
+    o.begin_turn(prompt, turn_options(o, 4, 4))
+    first = per_request(drive(engine))[o]
+    buf = engine.create_event_buffer(64)
+    shorts = [engine.create_request() for _ in range(2)]
+    for i, r in enumerate(shorts):
+        r.begin_turn([9 + i] * 8, turn_options(r, 8, 8))
+    run_once(engine, buf)  # the short requests are running when the continuation begins
+    o.begin_turn(list(range(3, 39)), turn_options(o, 1, 1))
+    events, _, served = _sustained(engine, [o], max_runs=2000, start_after=0)
+    seq = OracleSequence()
+    assert first == expected_turn_events(1, 24, *seq.turn(prompt, max_gen=4, min_gen=4))
+    assert per_request(events)[o] == expected_turn_events(2, 36, *seq.turn(list(range(3, 39)), max_gen=1, min_gen=1))
