@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import ctypes
 import glob
-import importlib.machinery
 import logging
 import os
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
+
+from oga.extensions import extension_path
 
 ENV = "OGA_EXECUTOR"
 LIBRARY_ENV = "OGA_ONNXRUNTIME_LIBRARY"
@@ -72,13 +73,9 @@ def requested() -> str:
 
 def library_path() -> str:
     """The native executor library (oga/_native_executor*.so) along the package path."""
-    import oga
-
-    for directory in oga.__path__:
-        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-            path = os.path.join(directory, "_native_executor" + suffix)
-            if os.path.isfile(path):
-                return path
+    path = extension_path("_native_executor")
+    if path is not None:
+        return path
     raise NativeExecutorUnavailable("oga's native executor library (oga/_native_executor) is missing: rebuild oga "
                                     "(python setup.py build_ext --inplace, or pip install .)")
 

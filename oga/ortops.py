@@ -10,8 +10,7 @@ opens; other ONNX Runtime code can do the same:
 """
 from __future__ import annotations
 
-import importlib.machinery
-import os
+from oga.extensions import extension_path
 
 DOMAIN = "oga"
 
@@ -24,13 +23,9 @@ def library_path() -> str:
     """The path of the operator library (raises OrtOpsUnavailable when the build did not make it).
     Searched along the package path, which also holds the installed copy when a source checkout
     shadows it (see oga/__init__.py)."""
-    import oga
-
-    for directory in oga.__path__:
-        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-            path = os.path.join(directory, "_ortops" + suffix)
-            if os.path.isfile(path):
-                return path
+    path = extension_path("_ortops")
+    if path is not None:
+        return path
     raise OrtOpsUnavailable("oga's ONNX Runtime operator library (oga/_ortops) is missing: reinstall oga "
                             "(pip install .) so that its build compiles ortops/")
 

@@ -19,6 +19,7 @@ import oga.testing as ogt
 from helpers import (E_RETRYABLE, R_NONE, RETRYABLE, TOKEN, Job, OracleSequence, Turn, counters, drive,
                      expected_workload, make_engine, prompt_without_eos, run_once, run_workload, turn_options)
 from oga import onnx_executor
+from greedy_runs import begin_all
 from model_dirs import EXECUTOR_SPEC, executor_model_dir
 from static_models import tiny_llama_static_dir  # noqa: F401  (fixture)
 from test_hybrid_engine import TENSORS, hybrid_cfg
@@ -146,14 +147,7 @@ def _open(model):
 
 
 def _begin(engine, prompts=PROMPTS, max_new=MAX_NEW):
-    requests = []
-    for prompt in prompts:
-        request = engine.create_request()
-        options = og.TurnOptions(request)
-        options.set_max_generated_tokens(max_new)
-        request.begin_turn(prompt, options)
-        requests.append(request)
-    return requests
+    return begin_all(og, engine, prompts, max_new)
 
 
 def _collect(buffer, tokens, engine_events):

@@ -12,6 +12,7 @@ from oga import onnx_executor, testing
 from oga.models import build
 from oga.models.random_weights import random_model
 from oga.models.reference import greedy
+from greedy_runs import begin_all
 from model_dirs import EXECUTOR_SPEC, executor_model_dir
 from static_models import tiny_llama_static_dir  # noqa: F401  (fixture)
 
@@ -53,14 +54,7 @@ PROMPTS = [[5, 9, 13], [7] * 20, [11, 12, 13, 14, 15, 16, 17, 18, 19], list(rang
 
 
 def _submit(engine, prompts, max_new):
-    requests = []
-    for prompt in prompts:
-        request = engine.create_request()
-        options = og.TurnOptions(request)
-        options.set_max_generated_tokens(max_new)
-        request.begin_turn(prompt, options)
-        requests.append(request)
-    return requests
+    return begin_all(og, engine, prompts, max_new)
 
 
 def test_concurrent_requests_match_the_numpy_reference(model_dir, reference_model):
