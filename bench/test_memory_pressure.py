@@ -11,16 +11,14 @@ and, for scale, oga on a pool that holds every session at once. Same model direc
 (the pool set by a Config overlay); all runs must produce the same tokens (greedy).
 """
 import json
+import os
 import statistics
 import time
-
-import numpy as np
-import pytest
 
 import oga
 from oga import testing
 
-from workloads import cached_model_dir, chat_prompts, smollm2_gguf
+from workloads import begin_exact, cached_model_dir, chat_prompts, smollm2_gguf
 
 CHATS = 64
 NEW_TOKENS = 64
@@ -35,8 +33,6 @@ def model_dir():
 
 
 def prompts():
-    import os
-
     base = chat_prompts(os.path.join(model_dir(), "tokenizer.json"), 16)
     return [base[i % len(base)] + [28 + i] for i in range(CHATS)]  # 64 distinct prompts
 
@@ -69,11 +65,7 @@ def run(og, num_blocks, prompt_list, max_runs=None, admission_control=False):
         while pending and (not admission_control or
                            in_flight_blocks + session_blocks(prompt_list[pending[0]]) <= num_blocks):
             i = pending.pop(0)
-            request = engine.create_request()
-            options = og.TurnOptions(request)
-            options.set_max_generated_tokens(NEW_TOKENS)
-            options.set_min_generated_tokens(NEW_TOKENS)
-            request.begin_turn(np.asarray(prompt_list[i], np.int32), options)
+            request = begin_exact(og, engine, prompt_list[i], NEW_TOKENS)
             requests[id(request)] = (i, request)
             in_flight_blocks += session_blocks(prompt_list[i])
 

@@ -46,20 +46,24 @@ def mixed_prompts(vocab_size, count=32, seed=0):
     return prompts, [int(b) for b in budgets]
 
 
+def begin_exact(og, engine, prompt, new_tokens):
+    """A new request whose turn generates exactly `new_tokens` tokens (EOS masked), so every engine
+    does the same work."""
+    request = engine.create_request()
+    options = og.TurnOptions(request)
+    options.set_max_generated_tokens(new_tokens)
+    options.set_min_generated_tokens(new_tokens)
+    request.begin_turn(np.asarray(prompt, np.int32), options)
+    return request
+
+
 def run_engine(og, model_dir, prompts, budgets, buffer_capacity=64):
     """Runs every prompt concurrently to its budget (EOS masked so both engines do the same work).
     Returns (generated tokens, seconds, {request index: tokens})."""
     model = og.Model(model_dir)
     engine = og.Engine(model)
-    requests = []
     start = time.perf_counter()
-    for prompt, budget in zip(prompts, budgets):
-        request = engine.create_request()
-        options = og.TurnOptions(request)
-        options.set_max_generated_tokens(budget)
-        options.set_min_generated_tokens(budget)
-        request.begin_turn(prompt, options)
-        requests.append(request)
+    requests = [begin_exact(og, engine, prompt, budget) for prompt, budget in zip(prompts, budgets)]
     index = {id(r): i for i, r in enumerate(requests)}
     tokens = {i: [] for i in range(len(requests))}
     buffer = engine.create_event_buffer(buffer_capacity)
@@ -120,14 +124,7 @@ def run_turns(og, model_dir, prompts, new_tokens):
     model = og.Model(model_dir)
     engine = og.Engine(model)
     start = time.perf_counter()
-    requests = []
-    for prompt in prompts:
-        request = engine.create_request()
-        options = og.TurnOptions(request)
-        options.set_max_generated_tokens(new_tokens)
-        options.set_min_generated_tokens(new_tokens)
-        request.begin_turn(np.asarray(prompt, np.int32), options)
-        requests.append(request)
+    requests = [begin_exact(og, engine, prompt, new_tokens) for prompt in prompts]
     index = {id(r): i for i, r in enumerate(requests)}
     streams = [[] for _ in prompts]
     first_token_at = [None] * len(prompts)

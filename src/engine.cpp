@@ -25,10 +25,6 @@ uint64_t NowNs() {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
 }
 
-bool IsExecutable(const Request& request) {
-  return request.status == RequestStatus::Assigned || request.status == RequestStatus::Active;
-}
-
 OgaTurnUsage UsageOf(const Request& request) {
   OgaTurnUsage usage;
   usage.prompt_tokens = request.turn_prompt_tokens;
@@ -448,7 +444,7 @@ uint64_t Engine::BeginTurn(Request& request, const OgaTurnOptions* options, cons
     std::shared_ptr<Request> bound = options->request.lock();
     if (bound.get() != &request) throw ApiError("Turn options belong to a different or destroyed Request.");
   }
-  if (IsExecutable(request)) {
+  if (request.executable()) {
     throw ApiError("BeginTurn is only valid for a new request or after the current turn is complete.");
   }
   const bool continuation = request.status == RequestStatus::TurnComplete;
@@ -524,7 +520,7 @@ bool Engine::CancelTurn(Request& request, uint64_t turn_id) {
   CheckOwnerThread();
   CheckNoStepInFlight("cancel a turn");
   if (request.turn_id == 0) throw ApiError("Cannot cancel a request before a turn has begun.");
-  if (turn_id != request.turn_id || !IsExecutable(request)) return false;
+  if (turn_id != request.turn_id || !request.executable()) return false;
   RemoveWaiting(request);
   PublishTerminal(request, OgaFinishReason_Cancelled, OgaErrorCode_None);
   return true;
@@ -702,10 +698,7 @@ void Engine::Step() {
            std::string("Dynamic scheduler planning failed and the Engine is no longer healthy. Cause: ") + error.what());
     return;
   }
-  if (limits_.preemption && (plan_.outcome == StepOutcome::CapacityDeferred ||
-                              (plan_.outcome == StepOutcome::Executable && plan_.deferred_residents > 0))) {
-    PreemptForCapacity();
-  }
+  if (limits_.preemption) PreemptForCapacity();
   switch (plan_.outcome) {
     case StepOutcome::NoWork:
       return;
@@ -1190,7 +1183,7 @@ void Engine::PreemptForCapacity() {
     Request* victim = scheduler_.PreemptionVictim();
     if (victim == nullptr) return;
     scheduler_.ReserveWaitingSlot();  // may throw bad_alloc before anything changed
-    preempted_running = preempted_running || IsExecutable(*victim);
+    preempted_running = preempted_running || victim->executable();
     Preempt(*victim);
     // Admitting into the room a running victim just made would only preempt again.
     scheduler_.PlanStep(plan_, !preempted_running);
@@ -1198,7 +1191,7 @@ void Engine::PreemptForCapacity() {
 }
 
 void Engine::Preempt(Request& request) {
-  const bool running = IsExecutable(request);
+  const bool running = request.executable();
   const size_t cached = request.processed;
   scheduler_.Remove(request);
   cache_.Release(request);
@@ -1288,13 +1281,13 @@ void Engine::Poison(OgaErrorCode code, const std::string& message) noexcept {
 void Engine::CollectExecutable(std::vector<Request*>& out) const {
   if (static_batching()) {
     for (const StaticRow& row : static_scheduler_->rows()) {
-      if (IsExecutable(*row.request)) out.push_back(row.request.get());
+      if (row.request->executable()) out.push_back(row.request.get());
     }
     for (Request* request : static_scheduler_->waiting()) out.push_back(request);
     return;
   }
   for (Request* request : scheduler_.residents()) {
-    if (IsExecutable(*request)) out.push_back(request);
+    if (request->executable()) out.push_back(request);
   }
   for (Request* request : scheduler_.waiting()) out.push_back(request);
 }
@@ -1348,7 +1341,7 @@ void Engine::StepStatic() {
     for (size_t r = 0; r < rows.size(); ++r) {
       Request& request = *rows[r].request;
       static_staged_[r] = StagedResult{};
-      if (!IsExecutable(request)) continue;
+      if (!request.executable()) continue;
       select_requests_[count] = &request;
       select_logits_rows_[count] = r;
       select_staged_[count] = &static_staged_[r];
@@ -1373,7 +1366,7 @@ void Engine::StepStatic() {
   for (size_t r = 0; r < rows.size(); ++r) {
     StaticRow& row = rows[r];
     Request& request = *row.request;
-    if (!IsExecutable(request)) continue;  // frozen row
+    if (!request.executable()) continue;  // frozen row
     request.processed = kind == StaticStepKind::Decode ? request.processed + 1 : request.tokens.size();
     row.processed = request.processed;
     PublishToken(request, static_staged_[r]);
@@ -1387,7 +1380,7 @@ void Engine::StepStatic() {
 
 void Engine::SetLastTurnIdForTesting(Request& request, uint64_t turn_id) {
   CheckOwnerThread();
-  if (IsExecutable(request) || request.closed() || request.retained_events > 0) {
+  if (request.executable() || request.closed() || request.retained_events > 0) {
     throw ApiError("The last turn id can only be set on an idle request without pending events.");
   }
   request.turn_id = turn_id;

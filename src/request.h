@@ -38,6 +38,8 @@ class Request : public std::enable_shared_from_this<Request> {
       : serial(serial), max_session_tokens(max_session_tokens), search(search), engine_(engine) {}
 
   size_t unprocessed() const { return tokens.size() - processed; }
+  // A turn is queued or generating (Assigned or Active): schedulable work, a preemption candidate.
+  bool executable() const { return status == RequestStatus::Assigned || status == RequestStatus::Active; }
   // Its model state (paged blocks, or a row of the static batch) is resident.
   bool resident() const { return cache_slot >= 0 || static_row >= 0; }
   bool closed() const { return status == RequestStatus::Closed; }

@@ -8,7 +8,7 @@ namespace oga {
 
 struct DynamicBatchScheduler::Budget {
   size_t free_blocks = 0;
-  size_t running_residents = 0;  // Active and Assigned residents (admission headroom)
+  size_t running_residents = 0;  // executable residents (admission headroom; with preemption only)
   size_t tokens = 0;
   size_t new_admissions = 0;
 };
@@ -32,7 +32,7 @@ Request* DynamicBatchScheduler::PreemptionVictim() const {
   // Running residents, newest first, sparing the oldest: it alone is guaranteed to progress.
   const Request* oldest_running = nullptr;
   for (const Request* request : residents_) {
-    if (request->status == RequestStatus::Active || request->status == RequestStatus::Assigned) {
+    if (request->executable()) {
       oldest_running = request;
       break;
     }
@@ -40,7 +40,7 @@ Request* DynamicBatchScheduler::PreemptionVictim() const {
   for (size_t i = residents_.size(); i > 0; --i) {
     Request* request = residents_[i - 1];
     if (request == oldest_running) break;
-    if (request->status == RequestStatus::Active || request->status == RequestStatus::Assigned) return request;
+    if (request->executable()) return request;
   }
   // Then the idle: turn-complete residents hold blocks and a residency slot that nobody uses now.
   for (Request* request : residents_) {
@@ -61,7 +61,7 @@ void DynamicBatchScheduler::Remove(Request& request) {
 bool DynamicBatchScheduler::HasExecutableWork() const {
   if (!waiting_.empty()) return true;
   for (const Request* request : residents_) {
-    if (request->status == RequestStatus::Active || request->status == RequestStatus::Assigned) return true;
+    if (request->executable()) return true;
   }
   return false;
 }
@@ -70,8 +70,8 @@ void DynamicBatchScheduler::PlanStep(StepPlan& plan, bool admit) const {
   plan.Reset();
   Budget budget;
   budget.free_blocks = cache_.free_blocks();
-  for (const Request* request : residents_) {
-    if (request->status == RequestStatus::Active || request->status == RequestStatus::Assigned) ++budget.running_residents;
+  if (limits_.preemption) {
+    for (const Request* request : residents_) budget.running_residents += request->executable() ? 1 : 0;
   }
   bool more = true;
   bool any_candidate = false;

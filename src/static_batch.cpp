@@ -24,8 +24,7 @@ void StaticBatchScheduler::RemoveWaiting(Request& request) {
 
 bool StaticBatchScheduler::AnyRowExecutable() const {
   for (const StaticRow& row : rows_) {
-    const RequestStatus status = row.request->status;
-    if (status == RequestStatus::Active || status == RequestStatus::Assigned) return true;
+    if (row.request->executable()) return true;
   }
   return false;
 }

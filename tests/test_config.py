@@ -698,7 +698,7 @@ NOT_RELATIVE = "Config path must be a relative path under the model directory, g
 ESCAPING_DECODER_FILENAMES = [
     ("../x/decoder.onnx", TRAVERSAL), ("sub/../model.onnx", TRAVERSAL), ("sub/..", TRAVERSAL),
     ("..", TRAVERSAL), ("../", TRAVERSAL), ("./..", TRAVERSAL), ("..\\x\\decoder.onnx", TRAVERSAL),
-    ("sub\\..\\model.onnx", TRAVERSAL), ("/tmp/x/decoder.onnx", NOT_RELATIVE), ("/../x", NOT_RELATIVE),
+    ("sub\\..\\model.onnx", TRAVERSAL), ("/models/x/decoder.onnx", NOT_RELATIVE), ("/../x", NOT_RELATIVE),
     ("//server/x/decoder.onnx", NOT_RELATIVE), ("\\x\\decoder.onnx", NOT_RELATIVE),
     ("\\\\server\\share\\m.onnx", NOT_RELATIVE),
 ]
