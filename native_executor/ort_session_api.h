@@ -92,6 +92,8 @@ enum Slot : size_t {
   kGetTensorElementType = 60,            // OrtStatus* (const OrtTensorTypeAndShapeInfo*, int* out)
   kGetDimensionsCount = 61,              // OrtStatus* (const OrtTensorTypeAndShapeInfo*, size_t* out)
   kGetDimensions = 62,                   // OrtStatus* (const OrtTensorTypeAndShapeInfo*, int64_t* out, size_t)
+  kGetSymbolicDimensions = 63,           // OrtStatus* (const OrtTensorTypeAndShapeInfo*, const char* dim_params[],
+                                         //             size_t dim_params_length)
   kGetTensorTypeAndShape = 65,           // OrtStatus* (const OrtValue*, OrtTensorTypeAndShapeInfo** out)
   kCreateCpuMemoryInfo = 69,             // OrtStatus* (int allocator_type, int mem_type, OrtMemoryInfo** out)
   kMemoryInfoGetName = 71,               // OrtStatus* (const OrtMemoryInfo*, const char** out)

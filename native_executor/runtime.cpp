@@ -98,17 +98,27 @@ const Runtime* CurrentRuntime() {
   return runtime;
 }
 
+namespace {
+
+// onnxruntime's Python binding: the exception type per OrtErrorCode, and Status::ToString().
+const char* const kErrorTypes[] = {"Ok",          "Fail",           "InvalidArgument",  "NoSuchFile",
+                                   "NoModel",     "EngineError",    "RuntimeException", "InvalidProtobuf",
+                                   "ModelLoaded", "NotImplemented", "InvalidGraph",     "EPFail"};
+const char* const kErrorCodes[] = {"SUCCESS",      "FAIL",            "INVALID_ARGUMENT",  "NO_SUCHFILE",
+                                   "NO_MODEL",     "ENGINE_ERROR",    "RUNTIME_EXCEPTION", "INVALID_PROTOBUF",
+                                   "MODEL_LOADED", "NOT_IMPLEMENTED", "INVALID_GRAPH",     "EP_FAIL"};
+
+bool KnownCode(int code) { return code >= 0 && code < static_cast<int>(sizeof(kErrorTypes) / sizeof(kErrorTypes[0])); }
+
+}  // namespace
+
+std::string OrtErrorBody(int code, const std::string& message) {
+  return "[ONNXRuntimeError] : " + std::to_string(code) + " : " + (KnownCode(code) ? kErrorCodes[code] : "GENERAL ERROR") +
+         " : " + message;
+}
+
 std::string FormatOrtError(int code, const std::string& message) {
-  // onnxruntime's Python binding: the exception type per OrtErrorCode, and Status::ToString().
-  static const char* const kTypes[] = {"Ok",           "Fail",           "InvalidArgument", "NoSuchFile",
-                                       "NoModel",      "EngineError",    "RuntimeException", "InvalidProtobuf",
-                                       "ModelLoaded",  "NotImplemented", "InvalidGraph",     "EPFail"};
-  static const char* const kCodes[] = {"SUCCESS",      "FAIL",            "INVALID_ARGUMENT", "NO_SUCHFILE",
-                                       "NO_MODEL",     "ENGINE_ERROR",    "RUNTIME_EXCEPTION", "INVALID_PROTOBUF",
-                                       "MODEL_LOADED", "NOT_IMPLEMENTED", "INVALID_GRAPH",     "EP_FAIL"};
-  bool known = code >= 0 && code < static_cast<int>(sizeof(kTypes) / sizeof(kTypes[0]));
-  return std::string(known ? kTypes[code] : "RuntimeError") + ": [ONNXRuntimeError] : " + std::to_string(code) +
-         " : " + (known ? kCodes[code] : "GENERAL ERROR") + " : " + message;
+  return std::string(KnownCode(code) ? kErrorTypes[code] : "RuntimeError") + ": " + OrtErrorBody(code, message);
 }
 
 std::string StatusText(const OrtApi* api, const OrtStatus* status) {
@@ -120,9 +130,10 @@ std::string StatusText(const OrtApi* api, const OrtStatus* status) {
 void Check(const OrtApi* api, OrtStatus* status) {
   if (status == nullptr) return;
   int code = Entry<int (*)(const OrtStatus*)>(api, kGetErrorCode)(status);
-  std::string text = StatusText(api, status);
+  const char* message = Entry<const char* (*)(const OrtStatus*)>(api, kGetErrorMessage)(status);
+  std::string body = OrtErrorBody(code, message ? message : "");
   Entry<void (*)(OrtStatus*)>(api, kReleaseStatus)(status);
-  throw OrtError(code, text);
+  throw OrtError(code, FormatOrtError(code, message ? message : ""), body);
 }
 
 uint32_t ClassifyFailure(const std::string& text) {

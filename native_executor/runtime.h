@@ -32,11 +32,15 @@ const Runtime* CurrentRuntime();
 // alike.
 class OrtError : public std::runtime_error {
  public:
-  OrtError(int code, const std::string& text) : std::runtime_error(text), code_(code) {}
+  OrtError(int code, const std::string& text, const std::string& body)
+      : std::runtime_error(text), code_(code), body_(body) {}
   int code() const { return code_; }
+  // The text without the exception type: what str() of the Python binding's exception gives.
+  const std::string& body() const { return body_; }
 
  private:
   int code_;
+  std::string body_;
 };
 
 // Throws OrtError for a non-NULL status (releasing it); `what` is not part of the text (the
@@ -45,6 +49,8 @@ void Check(const OrtApi* api, OrtStatus* status);
 // The Python binding's text for `status`, which stays owned by the caller.
 std::string StatusText(const OrtApi* api, const OrtStatus* status);
 std::string FormatOrtError(int code, const std::string& message);
+// FormatOrtError without the leading exception type ("[ONNXRuntimeError] : 1 : FAIL : <message>").
+std::string OrtErrorBody(int code, const std::string& message);
 
 // OgaExtExecutionStatus for a failure text: out of memory -> CapacityExceeded, else Fatal (the
 // markers of oga/onnx_executor.py's classify_failure).

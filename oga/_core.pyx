@@ -521,14 +521,12 @@ cdef class OgaEngine:
         return list(self.run(cached))
 
     def has_pending_requests(self):
-        """OgaEngineHasPendingRequests (GIL released)."""
+        """OgaEngineHasPendingRequests. The GIL stays held: the call never runs the model and takes
+        well under a microsecond, less than releasing and retaking the GIL would cost."""
         cdef cbool pending = False
-        cdef c_OgaResult* result
         if self._ptr == NULL:
             _raise_dead("Engine")
-        with nogil:
-            result = OgaEngineHasPendingRequests(self._ptr, &pending)
-        check_result(result)
+        check_result(OgaEngineHasPendingRequests(self._ptr, &pending))
         return pending
 
     def get_capabilities(self):
@@ -1288,6 +1286,7 @@ cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtMod
         try:
             import importlib
             onnx_executor = importlib.import_module("oga.onnx_executor")
+            native_executor = importlib.import_module("oga.native_executor")
             decoder = onnx_executor.load_decoder({
                 "model_directory": _text(names.model_directory),
                 "config_json": _text(names.config_json),
@@ -1309,7 +1308,7 @@ cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtMod
                 "present_value_names": _texts(names.present_value_names, names.num_paged_layers),
                 "block_size": names.block_size,
                 "vocab_size": names.vocab_size,
-            })
+            }, native_executor.requested())
             executor.per_token_logits = 1 if decoder.per_token_logits else 0
             executor.windowed_block_table = 1 if decoder.windowed_block_table else 0
             executor.bytes_per_window_block = getattr(decoder, "bytes_per_window_block", 0)
@@ -1327,9 +1326,10 @@ cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtMod
             if device_ops is not None:
                 decoder._device_ops_table = _device_ops_table(device_ops)
                 executor.device_ops = <const OgaExtDeviceOps*><size_t>decoder._device_ops_table.address
-            # OGA_EXECUTOR=native: the native executor (oga/native_executor.py) takes over the table's
-            # callbacks and model_data for the decoder kinds it runs; a step then never takes the GIL.
-            if importlib.import_module("oga.native_executor").attach(decoder, <size_t>executor):
+            # A decoder whose session the native executor created (oga/native_executor.py, the
+            # default for decoders on the CPU provider): it takes over the table's callbacks and
+            # model_data; a step then never takes the GIL.
+            if native_executor.attach(decoder, <size_t>executor):
                 return 0
         except BaseException as error:
             status = _callback_failure(error, message, capacity, 3, False)  # OgaExtExecutionStatus_Fatal

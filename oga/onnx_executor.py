@@ -150,8 +150,9 @@ def _provider_list(session_options_config):
             provider = aliases.get(name.lower(), name)
             providers.append(provider)
             options.append({str(k): str(v) for k, v in (values or {}).items()})
-    providers.append("CPUExecutionProvider")
-    options.append({})
+    if "CPUExecutionProvider" not in providers:  # the fallback (ONNX Runtime refuses a duplicate)
+        providers.append("CPUExecutionProvider")
+        options.append({})
     return providers, options
 
 
@@ -221,7 +222,9 @@ def cuda_unavailable_reason(ort):
 class OnnxDecoder:
     """Model-level state: the session and the validated graph signature."""
 
-    def __init__(self, names):
+    def __init__(self, names, executor=None):
+        """`executor`: "native" or "python" as the model loader selected it (native_executor.requested);
+        None (tests driving this executor directly): a Python session, recorded nowhere."""
         import onnxruntime as ort
 
         self.names = names
@@ -256,13 +259,28 @@ class OnnxDecoder:
         # docstring). None = the host path.
         self.device = None
         self.device_ops = None
+        self.session = None
         try:
-            self._open(ort, options, session_config, chosen, wants_cuda, cuda_reason)
+            self._open(ort, options, session_config, chosen, wants_cuda, cuda_reason, executor)
         except BaseException:
             self.close()
             raise
 
-    def _open(self, ort, options, session_config, chosen, wants_cuda, cuda_reason):
+    def _native_session(self, session_config, chosen, executor):
+        """The decoder's session created by the native executor (oga/native_executor.py), or None
+        when the Python executor runs it (the reason recorded there)."""
+        if executor is None:
+            return None
+        from . import native_executor
+
+        fixed_groups = any(isinstance(g, dict) and g.get("kind") in FIXED_STATE_KINDS
+                           for g in self.decoder_config.get("state_groups") or [])
+        device_path = self.device is not None or _cpu_device_factory is not None
+        reason = native_executor.python_session_reason(executor, not self.names["block_size"], fixed_groups, chosen,
+                                                       device_path)
+        return native_executor.open_session(self.path, session_config, reason)
+
+    def _open(self, ort, options, session_config, chosen, wants_cuda, cuda_reason, executor):
         if chosen and chosen[0][0] == "CUDAExecutionProvider":
             cuda_options = chosen[0][1]
             self.device = _open_cuda_device(self.path, int(cuda_options.get("device_id", 0)))
@@ -272,8 +290,10 @@ class OnnxDecoder:
             if "enable_cuda_graph" in cuda_options:
                 cuda_options["enable_cuda_graph"] = "1" if _truthy(cuda_options["enable_cuda_graph"]) else "0"
         try:
-            self.session = ort.InferenceSession(
-                self.path, options, providers=[p for p, _ in chosen], provider_options=[o for _, o in chosen])
+            self.session = self._native_session(session_config, chosen, executor)
+            if self.session is None:
+                self.session = ort.InferenceSession(
+                    self.path, options, providers=[p for p, _ in chosen], provider_options=[o for _, o in chosen])
         except Exception as error:
             if cuda_reason and ("PagedAttention" in str(error) or "NOT_IMPLEMENTED" in str(error)):
                 raise ModelLoadError(
@@ -325,6 +345,8 @@ class OnnxDecoder:
         garbage-collected, so without this every model load leaked them. Idempotent (both closes are);
         the objects stay reachable for inspection. The session goes first: ONNX Runtime's CUDA
         provider runs on the device's stream (user_compute_stream), which the device destroys."""
+        if hasattr(self.session, "_hand_over"):
+            self.session.close()  # a native session the executor table did not take (a failed load)
         if self.device is not None:
             self.session = None  # the last reference unless an executor object outlives its engine
         try:
@@ -1101,9 +1123,10 @@ class DeviceOnnxEngineExecutor(OnnxEngineExecutor):
         return STATUS_OK, "", self.logits.ctypes.data, rows
 
 
-def load_decoder(names):
-    """Entry point of the model loader (OgaExtModelLoader): opens and validates the session."""
-    return OnnxDecoder(names)
+def load_decoder(names, executor=None):
+    """Entry point of the model loader (OgaExtModelLoader): opens and validates the session
+    (`executor`: see OnnxDecoder)."""
+    return OnnxDecoder(names, executor)
 
 
 class StaticOnnxEngineExecutor:

@@ -9,6 +9,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "first_max.h"
 #include "random_stream.h"
 
 namespace oga {
@@ -102,10 +103,11 @@ int32_t SelectGreedy(const LogitsRow& row, size_t vocab_size, const std::vector<
     return ArgMax(vocab_size, eos_ids, mask_eos, [data](size_t v) { return HalfToFloat(data[v]); });
   }
   const auto* data = static_cast<const float*>(row.data);
-  // The largest value, then its first occurrence that is not a masked EOS id.
-  const float best = MaxIgnoringNaN(data, vocab_size);
-  if (best > kNegativeInfinity) {
-    for (size_t v = FindFirst(data, 0, vocab_size, best); v < vocab_size; v = FindFirst(data, v + 1, vocab_size, best)) {
+  // The largest value's first occurrence (one pass), then, when that is a masked EOS id, its next
+  // occurrences.
+  const FirstMaxResult best = FirstMax(data, vocab_size);
+  if (best.value > kNegativeInfinity) {
+    for (size_t v = best.index; v < vocab_size; v = FindFirst(data, v + 1, vocab_size, best.value)) {
       if (!mask_eos || std::find(eos_ids.begin(), eos_ids.end(), static_cast<int32_t>(v)) == eos_ids.end()) {
         return static_cast<int32_t>(v);
       }
@@ -164,9 +166,8 @@ void ProcessLogits(const std::vector<int32_t>& sequence, const std::vector<int32
 int32_t ArgMaxProcessed(const SamplingScratch& scratch) {
   const float* logits = scratch.logits.data();
   const size_t count = scratch.logits.size();
-  const float best = MaxIgnoringNaN(logits, count);
-  if (!(best > kNegativeInfinity)) return -1;
-  return static_cast<int32_t>(FindFirst(logits, 0, count, best));
+  const FirstMaxResult best = FirstMax(logits, count);
+  return best.value > kNegativeInfinity ? static_cast<int32_t>(best.index) : -1;
 }
 
 namespace {

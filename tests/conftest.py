@@ -64,3 +64,14 @@ def smollm2_int4_dir(tmp_path_factory):
     build(smollm2_gguf_path(), str(out), context_length=1024, max_batch_size=16, num_blocks=1100,
           max_scheduled_tokens=512)
     return str(out)
+
+
+@pytest.fixture(scope="session")
+def conformance_model_dirs(tmp_path_factory):
+    """The conformance suite's model directories (tests/conformance/scenario.py MODEL_CONFIGS, the ring,
+    hybrid and static ones included): {name: (directory, overlay or None)}, built once per session."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "conformance"))
+    from scenario import build_model_dirs
+
+    return build_model_dirs(tmp_path_factory.mktemp("conformance-models"))
+

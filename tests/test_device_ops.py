@@ -457,8 +457,8 @@ def test_the_onnx_loader_gives_the_core_the_decoders_device_ops(tmp_path, kernel
     loaded = []
     real_load = onnx_executor.load_decoder
 
-    def load_with_device_ops(names):
-        decoder = real_load(names)
+    def load_with_device_ops(names, executor=None):
+        decoder = real_load(names)  # the Python executor: it hands the core the decoder's device ops
         decoder.device_ops = DeviceOps(device, **SMALL_BLOCKS)
         loaded.append(decoder)
         return decoder

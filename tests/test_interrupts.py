@@ -25,6 +25,16 @@ from static_models import tiny_llama_static_dir  # noqa: F401  (fixture)
 from test_hybrid_engine import TENSORS, hybrid_cfg
 
 RETRY_EVENT = (RETRYABLE, 0, None, R_NONE, E_RETRYABLE, (0, 0, 0))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def python_executor():
+    """The ONNX Runtime side of these tests interrupts the Python executor's callbacks
+    (OGA_EXECUTOR=python); a native step runs no Python (tests/test_native_executor.py covers
+    Ctrl-C there)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OGA_EXECUTOR", "python")
+        yield
 INTERRUPTIONS = [KeyboardInterrupt, SystemExit, GeneratorExit]
 
 

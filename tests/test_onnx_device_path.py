@@ -48,6 +48,15 @@ MODELS = {
 }
 
 
+@pytest.fixture(scope="module", autouse=True)
+def python_executor():
+    """The device path is the Python executor's (decoders on a device always run there); its host
+    path, the reference here, is selected with OGA_EXECUTOR=python too."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OGA_EXECUTOR", "python")
+        yield
+
+
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
     dirs = {}

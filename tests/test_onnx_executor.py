@@ -79,7 +79,8 @@ def test_each_request_alone_equals_the_batch(model_dir):
     assert [together.get(r, []) for r in requests] == alone
 
 
-def test_caches_are_written_in_place_and_never_move(model_dir):
+def test_caches_are_written_in_place_and_never_move(model_dir, monkeypatch):
+    monkeypatch.setenv("OGA_EXECUTOR", "python")  # inspects the Python executor
     before = set(map(id, onnx_executor.OnnxEngineExecutor.live))
     engine = og.Engine(og.Model(model_dir))
     [executor] = [e for e in onnx_executor.OnnxEngineExecutor.live if id(e) not in before]
@@ -125,6 +126,7 @@ def test_step_time_does_not_grow_with_the_cache(model_dir):
 
 
 def test_out_of_memory_is_rolled_back_and_other_failures_are_fatal(model_dir, monkeypatch):
+    monkeypatch.setenv("OGA_EXECUTOR", "python")  # inspects the Python executor
     before = set(map(id, onnx_executor.OnnxEngineExecutor.live))
     engine = og.Engine(og.Model(model_dir))
     [executor] = [e for e in onnx_executor.OnnxEngineExecutor.live if id(e) not in before]

@@ -54,7 +54,8 @@ def test_smollm2_static_build_answers_the_chat_prompt(smollm2_static_dir):
     assert tokens[1][:2] == [7042, 30]  # " Paris."
 
 
-def test_static_caches_are_bound_in_place(tiny_llama_static_dir):
+def test_static_caches_are_bound_in_place(tiny_llama_static_dir, monkeypatch):
+    monkeypatch.setenv("OGA_EXECUTOR", "python")  # inspects the Python executor
     before = set(map(id, onnx_executor.OnnxEngineExecutor.live))
     engine = og.Engine(og.Model(tiny_llama_static_dir))
     [executor] = [e for e in onnx_executor.OnnxEngineExecutor.live if id(e) not in before]
@@ -74,9 +75,10 @@ def test_batched_rows_equal_each_alone(tiny_llama_static_dir):
     assert together == alone
 
 
-def test_failed_prefill_and_decode_steps_are_retried(tiny_llama_static_dir):
+def test_failed_prefill_and_decode_steps_are_retried(tiny_llama_static_dir, monkeypatch):
     """A static step mutates nothing before it succeeds: an out-of-memory failure reports
     CAPACITY_BLOCKED and the next run repeats the same step (prefill of a fresh batch included)."""
+    monkeypatch.setenv("OGA_EXECUTOR", "python")  # inspects the Python executor
     model = og.Model(tiny_llama_static_dir)
     prompts = [[504, 3575, 282], [42, 43]]
     expected, _ = _run(og.Engine(model), prompts, 5)

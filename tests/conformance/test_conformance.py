@@ -1,7 +1,8 @@
 """oga against onnxruntime-genai 0.18, scenario by scenario, through Python and through the C ABI.
 
 Every scenario of scenarios.py runs against `onnxruntime_genai` 0.18 and against `oga` with the same
-backend (Python, or ctypes on each library); the recorded streams must be equal except for the
+backend (Python, or ctypes on each library), oga on its default native ONNX Runtime executor and again
+on its Python executor (the two must record identical streams); the recorded streams must be equal except for the
 records the scenario declares as deliberate differences (each naming a README bullet, and each of
 which must actually differ). A scenario that shows an undeclared difference stays here marked
 xfail(strict=True) with the observed difference in `Scenario.xfail`.
@@ -13,7 +14,7 @@ import re
 import pytest
 
 from runner import dumps, run_scenario
-from scenario import UNPINNED, build_model_dirs
+from scenario import UNPINNED
 from scenarios import SCENARIOS
 
 README = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "README.md")
@@ -23,16 +24,25 @@ _RESULTS = {}
 
 
 @pytest.fixture(scope="session")
-def model_dirs(tmp_path_factory):
-    """The suite's model directories (scenario.MODEL_CONFIGS), built once per session."""
-    return build_model_dirs(tmp_path_factory.mktemp("conformance-models"))
+def model_dirs(conformance_model_dirs):
+    """The suite's model directories (scenario.MODEL_CONFIGS), built once per session (tests/conftest.py)."""
+    return conformance_model_dirs
 
 
-def recorded(scenario, backend, impl, model_dirs):
-    key = (scenario.name, backend, impl)
+def recorded(scenario, backend, impl, model_dirs, executor="native"):
+    """The scenario's records; oga's side runs its models on `executor` (OGA_EXECUTOR)."""
+    key = (scenario.name, backend, impl, executor)
     if key not in _RESULTS:
         path, overlay = model_dirs[scenario.model]
-        _RESULTS[key] = run_scenario(scenario, backend, impl, path, overlay)
+        previous = os.environ.get("OGA_EXECUTOR")
+        os.environ["OGA_EXECUTOR"] = executor
+        try:
+            _RESULTS[key] = run_scenario(scenario, backend, impl, path, overlay)
+        finally:
+            if previous is None:
+                del os.environ["OGA_EXECUTOR"]
+            else:
+                os.environ["OGA_EXECUTOR"] = previous
     return _RESULTS[key]
 
 
@@ -82,6 +92,16 @@ def test_scenario_matches_0_18(name, backend, model_dirs):
         if d.oga is not UNPINNED:
             value = got_records[label] if d.oga_part is None else d.oga_part(got_records[label])
             assert value == d.oga, f"{label}: oga recorded {value!r}, pinned {d.oga!r}"
+
+
+@pytest.mark.parametrize("name,backend", _params())
+def test_the_python_executor_records_what_the_native_one_records(name, backend, model_dirs):
+    """The whole suite on both executors: oga's default (the native ONNX Runtime executor, above) and
+    the Python executor (OGA_EXECUTOR=python) record identical streams, scenario by scenario."""
+    s = SCENARIOS[name]
+    native = recorded(s, backend, "oga", model_dirs)
+    python = recorded(s, backend, "oga", model_dirs, executor="python")
+    assert python == native, _diff(native, python)
 
 
 def _normalise(records):

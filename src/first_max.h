@@ -1,0 +1,18 @@
+// The first occurrence of the largest value of a float row: greedy token selection's one pass over
+// the logits (for SmolLM2's 49152-entry rows this pass is most of an engine step's own time).
+#pragma once
+
+#include <cstddef>
+
+namespace oga {
+
+struct FirstMaxResult {
+  size_t index;  // the first index holding `value`; `count` when no value exceeds -inf
+  float value;   // the largest value, NaN ignored; -inf when none exceeds -inf
+};
+
+// One pass over data[0, count): AVX2 where the CPU has it (checked once; OGA_SAMPLER_PORTABLE=1
+// selects SSE2), else SSE2, else scalar.
+FirstMaxResult FirstMax(const float* data, size_t count);
+
+}  // namespace oga

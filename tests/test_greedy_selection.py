@@ -1,0 +1,140 @@
+"""Greedy token selection over crafted logits rows (src/first_max.cpp: one vectorized pass, AVX2 or
+SSE2 by CPU): the first index of the largest value, NaN never chosen, ties broken toward the lowest
+index across vector lanes and the scalar tail, a masked EOS skipped for the next occurrence of the
+maximum or the next best value. A Python executor (tests/test_executor_interface.py) returns each
+row as the step's logits; the engine's first token is compared with numpy's answer."""
+import ctypes
+import json
+from ctypes import byref, c_int32, c_uint64
+
+import numpy as np
+import pytest
+
+from capi import Handles, P, lib, ok  # noqa: F401 (lib is a fixture)
+from test_executor_interface import PyExecutor
+
+VOCAB = 1003  # not a multiple of 16: the last 11 entries take the scalar tail
+EOS = 1
+
+
+class RowExecutor(PyExecutor):
+    """Every step's logits are `row` (one row per request)."""
+
+    def __init__(self, row):
+        super().__init__(vocab=VOCAB)
+        self.row = np.ascontiguousarray(row, dtype=np.float32)
+
+    def _execute_inner(self, engine_data, inputs, outputs, message, capacity):
+        rows = inputs.contents.num_rows
+        self.logits = np.tile(self.row, (rows, 1))
+        o = outputs.contents
+        o.logits = self.logits.ctypes.data
+        o.logits_type = 0
+        o.logits_rows = rows
+        o.logits_row_stride = VOCAB
+        o.logits_on_device = 0
+        return 0
+
+
+def _first_token(lib, row, mask_eos=False):
+    ex = RowExecutor(row)
+    config = json.dumps({
+        "model": {"type": "python_test", "vocab_size": VOCAB, "context_length": 64, "eos_token_id": EOS,
+                  "bos_token_id": 0, "pad_token_id": 0, "decoder": {}},
+        "search": {"max_length": 64, "do_sample": False},
+        "engine": {"dynamic_batching": {"block_size": 4, "num_blocks": 32, "max_batch_size": 2}},
+    }).encode()
+    table = ex.table()
+    model = P()
+    ok(lib, lib.OgaExtCreateModelWithExecutor(config, ctypes.addressof(table), byref(model)))
+    h = Handles(lib, model)
+    lib.OgaDestroyModel(model)
+    request = h.request()
+    options = P()
+    ok(lib, lib.OgaRequestCreateTurnOptions(request, byref(options)))
+    ok(lib, lib.OgaTurnOptionsSetMaxGeneratedTokens(options, 1))
+    if mask_eos:
+        ok(lib, lib.OgaTurnOptionsSetMinGeneratedTokens(options, 1))
+    prompt = (c_int32 * 3)(5, 9, 13)
+    turn = c_uint64()
+    ok(lib, lib.OgaRequestBeginTurn(request, options, prompt, 3, byref(turn)))
+    lib.OgaDestroyTurnOptions(options)
+    buffer = P()
+    ok(lib, lib.OgaCreateEngineEventBuffer(h.engine, 4, byref(buffer)))
+    events = h.drain(buffer)
+    assert ex.error is None, ex.error
+    lib.OgaDestroyEngineEventBuffer(buffer)
+    lib.OgaDestroyRequest(request)
+    h.destroy()
+    tokens = [e[2] for _, e in events if e[2] is not None]
+    if not tokens and [e[3] for _, e in events] == [1]:  # FinishReason EOS: the EOS token is not an event
+        return EOS
+    assert len(tokens) == 1, events
+    return tokens[0]
+
+
+def _expected(row, mask_eos=False):
+    row = np.array(row, dtype=np.float32)
+    if mask_eos:
+        row[EOS] = -np.inf
+    return int(np.nanargmax(row))  # the first occurrence of the largest non-NaN value
+
+
+def _rows():
+    rng = np.random.default_rng(11)
+    rows = {}
+    rows["random"] = rng.standard_normal(VOCAB)
+    tie = rng.standard_normal(VOCAB)
+    for index in (997, 300, 301, 17):  # the tail, two lanes of one vector, an early lane
+        tie[index] = 9.0
+    rows["ties across lanes and the tail"] = tie
+    late = rng.standard_normal(VOCAB)
+    late[1000] = 7.0  # only in the scalar tail
+    rows["maximum in the tail"] = late
+    nans = rng.standard_normal(VOCAB)
+    nans[[0, 16, 33, 500, 1002]] = np.nan
+    nans[640] = 5.0
+    rows["NaN ignored"] = nans
+    zeros = np.full(VOCAB, -1.0)
+    zeros[[40, 8]] = [0.0, -0.0]  # -0.0 == 0.0: the lower index
+    rows["signed zeros"] = zeros
+    infinite = np.full(VOCAB, -np.inf)
+    infinite[[900, 12]] = [np.inf, np.inf]
+    rows["infinities"] = infinite
+    return rows
+
+
+@pytest.mark.parametrize("name", list(_rows()))
+def test_greedy_picks_the_first_largest_value(lib, name):
+    row = _rows()[name]
+    assert _first_token(lib, row) == _expected(row)
+
+
+def test_a_masked_eos_at_the_maximum_yields_its_next_occurrence(lib):
+    row = np.random.default_rng(3).standard_normal(VOCAB)
+    row[[EOS, 620]] = 6.0
+    assert _first_token(lib, row, mask_eos=True) == 620
+    assert _first_token(lib, row) == EOS  # unmasked: the turn ends on it
+
+
+def test_a_masked_eos_alone_at_the_maximum_yields_the_next_best(lib):
+    row = np.random.default_rng(4).standard_normal(VOCAB)
+    row[EOS] = 6.0
+    row[333] = 5.5
+    assert _first_token(lib, row, mask_eos=True) == _expected(row, mask_eos=True) == 333
+
+
+def test_the_sse2_loop_agrees(tmp_path):
+    """OGA_SAMPLER_PORTABLE=1 selects the SSE2 loop (the x86-64 baseline): the same tests, in a
+    process of their own (the choice is made once per process)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OGA_SAMPLER_PORTABLE="1")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+                             "-k", "not sse2"], cwd=os.path.dirname(os.path.dirname(__file__)), env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "8 passed" in result.stdout, result.stdout
+
