@@ -244,6 +244,12 @@ cdef extern from "oga/oga_ext.h" nogil:
         int32_t cuda_graph
         const OgaExtDeviceOps* device_ops
 
+    ctypedef uint32_t OgaExtStateGroupKind
+    ctypedef struct OgaExtFixedStateNames:
+        OgaExtStateGroupKind kind
+        int32_t layer_id
+        const char* input
+        const char* output
     ctypedef struct OgaExtDecoderNames:
         const char* model_directory
         const char* config_json
@@ -266,6 +272,16 @@ cdef extern from "oga/oga_ext.h" nogil:
         const char* const* present_value_names
         size_t block_size
         size_t vocab_size
+        size_t num_fixed_states
+        const OgaExtFixedStateNames* fixed_states
+        size_t num_sliding_window_layers
+        const int32_t* sliding_window_layers
+        size_t num_key_value_heads
+        size_t head_size
+        size_t num_hidden_layers
+        size_t num_blocks
+        const char* session_options_json
+    c_OgaResult* OgaExtConfigGetDecoderNames(const c_OgaConfig* config, const OgaExtDecoderNames** out)
 
     ctypedef OgaExtExecutionStatus (*OgaExtModelLoader)(const OgaExtDecoderNames* names, OgaExtModelExecutor* executor,
                                                         char* message, size_t message_capacity)

@@ -17,6 +17,7 @@ from libc.string cimport memcpy
 from libcpp cimport bool as cbool
 
 import enum
+import json
 import os
 import threading
 
@@ -1279,6 +1280,53 @@ cdef list _fixed_state_bindings(const OgaExtStepInputs* inputs):
             for t in range(inputs.num_fixed_states)]
 
 
+_STATE_GROUP_KINDS = {1: "fixed_conv", 2: "fixed_recurrent"}
+
+
+cdef dict _decoder_names(const OgaExtDecoderNames* names):
+    """OgaExtDecoderNames as the Python executor takes it: the tensor names, state groups and sizes
+    the core resolved from the configuration (nothing here reads genai_config.json again)."""
+    cdef size_t i
+    return {
+        "model_directory": _text(names.model_directory),
+        "decoder_filename": _text(names.decoder_filename),
+        "input_ids": _text(names.input_ids),
+        "position_ids": _text(names.position_ids),
+        "cumulative_sequence_lengths": _text(names.cumulative_sequence_lengths),
+        "past_sequence_lengths": _text(names.past_sequence_lengths),
+        "block_table": _text(names.block_table),
+        "block_table_windowed": _text(names.block_table_windowed),
+        "attention_metadata": _text(names.attention_metadata),
+        "attention_mask": _text(names.attention_mask),
+        "logits_indices": _text(names.logits_indices),
+        "logits": _text(names.logits),
+        "paged_layer_ids": [names.paged_layer_ids[i] for i in range(names.num_paged_layers)],
+        "past_key_names": _texts(names.past_key_names, names.num_paged_layers),
+        "past_value_names": _texts(names.past_value_names, names.num_paged_layers),
+        "present_key_names": _texts(names.present_key_names, names.num_paged_layers),
+        "present_value_names": _texts(names.present_value_names, names.num_paged_layers),
+        "block_size": names.block_size,
+        "vocab_size": names.vocab_size,
+        "fixed_states": [(_STATE_GROUP_KINDS[names.fixed_states[i].kind], names.fixed_states[i].layer_id,
+                          _text(names.fixed_states[i].input), _text(names.fixed_states[i].output))
+                         for i in range(names.num_fixed_states)],
+        "sliding_window_layers": [names.sliding_window_layers[i] for i in range(names.num_sliding_window_layers)],
+        "num_key_value_heads": names.num_key_value_heads,
+        "head_size": names.head_size,
+        "num_hidden_layers": names.num_hidden_layers,
+        "num_blocks": names.num_blocks,
+        "session_options": json.loads(_text(names.session_options_json)),
+    }
+
+
+def _config_decoder_names(OgaConfig config):
+    """Test support: what the model loader would receive for `config` (OgaExtConfigGetDecoderNames)."""
+    cdef const OgaExtDecoderNames* names = NULL
+    config._alive()
+    check_result(OgaExtConfigGetDecoderNames(config._ptr, &names))
+    return _decoder_names(names)
+
+
 cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtModelExecutor* executor,
                                       char* message, size_t capacity) noexcept nogil:
     with gil:
@@ -1287,28 +1335,7 @@ cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtMod
             import importlib
             onnx_executor = importlib.import_module("oga.onnx_executor")
             native_executor = importlib.import_module("oga.native_executor")
-            decoder = onnx_executor.load_decoder({
-                "model_directory": _text(names.model_directory),
-                "config_json": _text(names.config_json),
-                "decoder_filename": _text(names.decoder_filename),
-                "input_ids": _text(names.input_ids),
-                "position_ids": _text(names.position_ids),
-                "cumulative_sequence_lengths": _text(names.cumulative_sequence_lengths),
-                "past_sequence_lengths": _text(names.past_sequence_lengths),
-                "block_table": _text(names.block_table),
-                "block_table_windowed": _text(names.block_table_windowed),
-                "attention_metadata": _text(names.attention_metadata),
-                "attention_mask": _text(names.attention_mask),
-                "logits_indices": _text(names.logits_indices),
-                "logits": _text(names.logits),
-                "paged_layer_ids": [names.paged_layer_ids[i] for i in range(names.num_paged_layers)],
-                "past_key_names": _texts(names.past_key_names, names.num_paged_layers),
-                "past_value_names": _texts(names.past_value_names, names.num_paged_layers),
-                "present_key_names": _texts(names.present_key_names, names.num_paged_layers),
-                "present_value_names": _texts(names.present_value_names, names.num_paged_layers),
-                "block_size": names.block_size,
-                "vocab_size": names.vocab_size,
-            }, native_executor.requested())
+            decoder = onnx_executor.load_decoder(_decoder_names(names), native_executor.requested())
             executor.per_token_logits = 1 if decoder.per_token_logits else 0
             executor.windowed_block_table = 1 if decoder.windowed_block_table else 0
             executor.bytes_per_window_block = getattr(decoder, "bytes_per_window_block", 0)

@@ -13,11 +13,11 @@ model.decoder.sliding_window keep their KV in a ring; their caches are
 the same way, and every step binds the engine's windowed block table next to the full one.
 
 Fixed decoder state (hybrid models, reference E.5): model.decoder.state_groups may list
-fixed_conv / fixed_recurrent groups beside the paged_kv group. OnnxDecoder expands their
-templates (model.decoder.inputs past_conv_names / past_recurrent_names, outputs present_conv_names /
-present_recurrent_names, OGA's defaults when absent), validates every input/output pair (both
-present, one dtype, identical statically known per-row geometry, a dynamic batch axis 0) and
-exposes them as `fixed_states` (FixedStateTensor, in group then layer order). The engine owns the
+fixed_conv / fixed_recurrent groups beside the paged_kv group. The core resolves their bindings
+(OgaExtDecoderNames.fixed_states: names expanded from the templates, OGA's defaults when absent);
+OnnxDecoder validates every input/output pair against the graph (both present, one dtype, identical
+statically known per-row geometry, a dynamic batch axis 0) and exposes them as `fixed_states`
+(FixedStateTensor, in group then layer order). The engine owns the
 state memory: OnnxEngineExecutor.execute takes `fixed_state`, one (input address, output address)
 pair per fixed tensor, each [num_rows, *row_shape] contiguous, and binds them by address.
 
@@ -57,7 +57,6 @@ close).
 """
 import ctypes
 import dataclasses
-import json
 import os
 import time
 import weakref
@@ -95,25 +94,8 @@ class ModelLoadError(RuntimeError):
     pass
 
 
-def _positive_int(value):
-    """A genai_config.json count: a positive whole number (2 or 2.0), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, float) and not value.is_integer():  # also NaN and the infinities
-        return None
-    return int(value) if value > 0 else None
-
-
 # fixed state output X -> X + CAPTURE_SUFFIX: its per-token capture output (see the module docstring)
 CAPTURE_SUFFIX = ".per_token"
-
-# kind -> (inputs key, OGA's default input template, outputs key, default output template)
-FIXED_STATE_KINDS = {
-    "fixed_conv": ("past_conv_names", "past_key_values.%d.conv_state", "present_conv_names", "present.%d.conv_state"),
-    "fixed_recurrent": ("past_recurrent_names", "past_key_values.%d.recurrent_state", "present_recurrent_names",
-                        "present.%d.recurrent_state"),
-}
-
 
 @dataclass(frozen=True)
 class FixedStateTensor:
@@ -228,9 +210,6 @@ class OnnxDecoder:
         import onnxruntime as ort
 
         self.names = names
-        config = json.loads(names["config_json"])
-        decoder_config = config.get("model", {}).get("decoder", {})
-        self.decoder_config = decoder_config
         self.path = os.path.join(names["model_directory"], names["decoder_filename"])
         if not os.path.isfile(self.path):
             raise ModelLoadError(f"The decoder file {self.path} does not exist (model.decoder.filename).")
@@ -241,7 +220,7 @@ class OnnxDecoder:
         # ONNX Runtime's intra-op threads spin-wait after a run by default, holding the cores the
         # engine's token selection (RowWorkers) needs right then; they still spin inside a run.
         options.add_session_config_entry("session.force_spinning_stop", "1")
-        session_config = decoder_config.get("session_options", {}) or {}
+        session_config = names["session_options"]
         if "log_id" in session_config:
             options.logid = str(session_config["log_id"])
         if "intra_op_num_threads" in session_config:
@@ -273,8 +252,7 @@ class OnnxDecoder:
             return None
         from . import native_executor
 
-        fixed_groups = any(isinstance(g, dict) and g.get("kind") in FIXED_STATE_KINDS
-                           for g in self.decoder_config.get("state_groups") or [])
+        fixed_groups = bool(self.names["fixed_states"])
         device_path = self.device is not None or _cpu_device_factory is not None
         reason = native_executor.python_session_reason(executor, not self.names["block_size"], fixed_groups, chosen,
                                                        device_path)
@@ -378,8 +356,7 @@ class OnnxDecoder:
         self.fixed_state_row_bytes = 0
         self.fixed_state_capture = False
         if self.static:
-            if any(isinstance(g, dict) and g.get("kind") in FIXED_STATE_KINDS
-                   for g in self.decoder_config.get("state_groups") or []):
+            if n["fixed_states"]:
                 # As 0.18: the model loads, and og.Engine refuses ("Fixed decoder state groups require
                 # engine.dynamic_batching") before it opens this decoder.
                 self.per_token_logits = self.windowed_block_table = False
@@ -421,34 +398,10 @@ class OnnxDecoder:
         self._validate_fixed_states()
 
     def _validate_fixed_states(self):
-        """The fixed_conv / fixed_recurrent groups of model.decoder.state_groups (reference E.5)."""
-        config = self.decoder_config
-        groups = config.get("state_groups") or []
-        inputs_config = config.get("inputs", {}) or {}
-        outputs_config = config.get("outputs", {}) or {}
-        layers = config.get("num_hidden_layers")
-        tensors = []
-        for group in groups:
-            kind = group.get("kind") if isinstance(group, dict) else None
-            if kind == "paged_kv":
-                continue
-            if kind not in FIXED_STATE_KINDS:
-                raise ModelLoadError(f"{self.path}: unknown model.decoder.state_groups kind {kind!r} (expected "
-                                     "paged_kv, fixed_conv or fixed_recurrent).")
-            in_key, in_default, out_key, out_default = FIXED_STATE_KINDS[kind]
-            templates = []
-            for section, key, default in (("inputs", in_key, in_default), ("outputs", out_key, out_default)):
-                template = (inputs_config if section == "inputs" else outputs_config).get(key, default)
-                if not isinstance(template, str) or template.count("%d") != 1 or template.count("%") != 1:
-                    raise ModelLoadError(f"{self.path}: model.decoder.{section}.{key} {template!r} must contain "
-                                         "exactly one %d (the layer id).")
-                templates.append(template)
-            for layer in group.get("layer_ids") or []:
-                layer = int(layer)
-                if isinstance(layers, int) and not 0 <= layer < layers:
-                    raise ModelLoadError(f"{self.path}: {kind} layer {layer} is outside the decoder layers "
-                                         f"[0, {layers}).")
-                tensors.append(self._fixed_tensor(kind, layer, templates[0] % layer, templates[1] % layer))
+        """The fixed_conv / fixed_recurrent bindings the core resolved from model.decoder.state_groups
+        (the seed's "Fixed request-state pools"), each checked against the graph."""
+        tensors = [self._fixed_tensor(kind, layer, input_name, output_name)
+                   for kind, layer, input_name, output_name in self.names["fixed_states"]]
         tensors = self._fixed_captures(tensors)
         seen = {}
         for t in tensors:
@@ -534,8 +487,7 @@ class OnnxDecoder:
         if not self.windowed_block_table:
             return  # sliding-window layers (if any) keep the full cache; the graph masks them
         self._check(self.inputs, name, ("tensor(int32)",), 2, "input")
-        window = self.decoder_config.get("sliding_window") or {}
-        layers = window.get("layers") if isinstance(window, dict) else None
+        layers = n["sliding_window_layers"]
         if not layers:
             raise ModelLoadError(f"{self.path}: the graph takes '{name}' (model.decoder.inputs.block_table_windowed), "
                                  "but model.decoder.sliding_window names no layers to keep in the ring.")
@@ -564,7 +516,7 @@ class OnnxDecoder:
     def _kv_heads(self, first, first_meta, axis):
         """The KV heads the engine allocates: model.decoder.num_key_value_heads (as 0.18), else the
         graph's static dimension `axis` of the first cache. Returns (heads, what the message says)."""
-        heads = _positive_int(self.decoder_config.get("num_key_value_heads"))
+        heads = self.names["num_key_value_heads"] or None
         if heads is not None:
             return heads, f"model.decoder.num_key_value_heads is {heads}"
         heads = first_meta.shape[axis]
@@ -575,9 +527,7 @@ class OnnxDecoder:
 
     def _configured_num_blocks(self):
         """engine.dynamic_batching.num_blocks of the effective config, or None (automatic sizing)."""
-        engine = json.loads(self.names["config_json"]).get("engine") or {}
-        batching = engine.get("dynamic_batching") if isinstance(engine, dict) else None
-        return _positive_int(batching.get("num_blocks")) if isinstance(batching, dict) else None
+        return self.names["num_blocks"] or None
 
     def _validate_caches(self):
         """Every paged cache input and output against what the engine allocates and binds to both,
@@ -661,7 +611,7 @@ class OnnxDecoder:
         if isinstance(head_size, int) and head_size > 0:
             head_source = f"the KV cache's head size is {head_size} (dimension 3 of {first})"
         else:
-            head_size = _positive_int(self.decoder_config.get("head_size"))
+            head_size = self.names["head_size"] or None
             if head_size is None:
                 raise ModelLoadError(f"{self.path}: {first} dimension 3 (the head size) is {first_meta.shape[3]!r} in "
                                      "the graph, and model.decoder.head_size is not set, so the engine cannot size the "

@@ -195,6 +195,15 @@ def set_last_turn_id(request, turn_id):
     _core._request_set_last_turn_id(request, turn_id)
 
 
+def decoder_names(config):
+    """What the model loader receives for `config` (an og.Config, or a model directory): the decoder's
+    tensor names, state groups and sizes as the core resolved them (OgaExtConfigGetDecoderNames), as
+    the dict oga.onnx_executor.load_decoder takes."""
+    if not isinstance(config, _core.OgaConfig):
+        config = _core.OgaConfig(config)
+    return _core._config_decoder_names(config)
+
+
 def set_token_table(model, tokens, *, special=()):
     """OgaExtModelSetTokenTable: the text of each token id, for stop strings and guidance on models
     without a tokenizer.json (test models). ``tokens[i]`` is token i's exact bytes (``bytes``, or a

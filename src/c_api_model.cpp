@@ -14,6 +14,7 @@
 #include "c_api_support.h"
 #include "random_stream.h"
 #include "config_handle.h"
+#include "decoder_names.h"
 #include "engine.h"
 #include "guidance.h"
 #include "model_handles.h"
@@ -146,111 +147,6 @@ void EditConfig(OgaConfig& config, Edit&& edit) {
   oga::PublishConfig(config, std::move(root));
 }
 
-// The decoder's resolved graph names, owned here while the loader reads them through `names`.
-struct DecoderNameStorage {
-  std::string model_directory;
-  std::string config_json;
-  std::vector<int32_t> paged_layer_ids;
-  std::vector<std::string> past_keys, past_values, present_keys, present_values;
-  std::vector<const char*> past_key_ptrs, past_value_ptrs, present_key_ptrs, present_value_ptrs;
-  OgaExtDecoderNames names{};
-};
-
-void RequireLayerTemplate(const std::string& name_template, const char* section, const char* key) {
-  if (!oga::IsLayerTemplate(name_template)) {
-    throw ApiError(std::string("model.decoder.") + section + "." + key + " template '" + name_template +
-                   "' must contain exactly one %d");
-  }
-}
-
-// The decoder state checks OGA runs when it builds the model, then the paged group's layers.
-std::vector<int32_t> PagedLayersForLoading(const oga::ModelConfig& config) {
-  const oga::DecoderConfig& decoder = config.decoder;
-  const std::vector<oga::StateGroup> groups = oga::EffectiveStateGroups(decoder);
-  const oga::StateGroup* paged = nullptr;
-  size_t paged_groups = 0;
-  for (const oga::StateGroup& group : groups) {
-    if (group.kind == oga::StateGroupKind::kPagedKv) {
-      ++paged_groups;
-      paged = &group;
-    }
-  }
-  // As 0.18, fixed groups without dynamic batching load; the engine refuses them.
-  if (!config.dynamic_batching) return paged_groups == 1 ? paged->layer_ids : std::vector<int32_t>();
-  if (paged_groups != 1) throw ApiError("Dynamic batching requires exactly one paged_kv decoder state group");
-  if (paged->layer_ids.empty()) throw ApiError("Dynamic batching requires at least one paged_kv decoder layer");
-  if (!decoder.state_groups) {
-    // An explicit manifest had its templates checked when parsed; the legacy one is checked here.
-    RequireLayerTemplate(decoder.inputs.past_key_names, "inputs", "past_key_names");
-    RequireLayerTemplate(decoder.inputs.past_value_names, "inputs", "past_value_names");
-    RequireLayerTemplate(decoder.outputs.present_key_names, "outputs", "present_key_names");
-    RequireLayerTemplate(decoder.outputs.present_value_names, "outputs", "present_value_names");
-  }
-  if (decoder.sliding_window) {
-    const std::unordered_set<int32_t> paged_layers(paged->layer_ids.begin(), paged->layer_ids.end());
-    for (const int32_t layer : decoder.sliding_window->layers) {
-      if (layer < 0 || layer >= decoder.num_hidden_layers) {
-        throw ApiError("Sliding-window layer index is outside the decoder layer range.");
-      }
-      if (paged_layers.count(layer) == 0) {
-        throw ApiError("Every sliding-window layer must belong to the paged_kv decoder state group.");
-      }
-    }
-  }
-  return paged->layer_ids;
-}
-
-void FillDecoderNames(const OgaConfig& handle, DecoderNameStorage& storage) {
-  const oga::ModelConfig& config = handle.config;
-  const oga::DecoderConfig& decoder = config.decoder;
-  storage.model_directory = handle.directory;
-  storage.config_json = handle.json_text;
-  storage.paged_layer_ids = PagedLayersForLoading(config);
-  std::unordered_set<std::string> seen;
-  auto expand = [&](const std::string& name_template, std::vector<std::string>& names) {
-    for (const int32_t layer : storage.paged_layer_ids) {
-      names.push_back(oga::ExpandLayerTemplate(name_template, layer));
-      if (!seen.insert(names.back()).second) {
-        throw ApiError("model.decoder resolves more than one paged cache binding to '" + names.back() + "'");
-      }
-    }
-  };
-  expand(decoder.inputs.past_key_names, storage.past_keys);
-  expand(decoder.inputs.past_value_names, storage.past_values);
-  expand(decoder.outputs.present_key_names, storage.present_keys);
-  expand(decoder.outputs.present_value_names, storage.present_values);
-  auto pointers = [](const std::vector<std::string>& names, std::vector<const char*>& out) {
-    for (const std::string& name : names) out.push_back(name.c_str());
-  };
-  pointers(storage.past_keys, storage.past_key_ptrs);
-  pointers(storage.past_values, storage.past_value_ptrs);
-  pointers(storage.present_keys, storage.present_key_ptrs);
-  pointers(storage.present_values, storage.present_value_ptrs);
-
-  OgaExtDecoderNames& names = storage.names;
-  names.model_directory = storage.model_directory.c_str();
-  names.config_json = storage.config_json.c_str();
-  names.decoder_filename = decoder.filename.c_str();
-  names.input_ids = decoder.inputs.input_ids.c_str();
-  names.position_ids = decoder.inputs.position_ids.c_str();
-  names.cumulative_sequence_lengths = decoder.inputs.cumulative_sequence_lengths.c_str();
-  names.past_sequence_lengths = decoder.inputs.past_sequence_lengths.c_str();
-  names.block_table = decoder.inputs.block_table.c_str();
-  names.block_table_windowed = decoder.inputs.block_table_windowed.c_str();
-  names.attention_metadata = decoder.inputs.attention_metadata.c_str();
-  names.attention_mask = decoder.inputs.attention_mask.c_str();
-  names.logits_indices = decoder.inputs.logits_indices.c_str();
-  names.logits = decoder.outputs.logits.c_str();
-  names.num_paged_layers = storage.paged_layer_ids.size();
-  names.paged_layer_ids = storage.paged_layer_ids.data();
-  names.past_key_names = storage.past_key_ptrs.data();
-  names.past_value_names = storage.past_value_ptrs.data();
-  names.present_key_names = storage.present_key_ptrs.data();
-  names.present_value_names = storage.present_value_ptrs.data();
-  names.block_size = config.dynamic_batching ? static_cast<size_t>(config.dynamic_batching->block_size) : 0;
-  names.vocab_size = static_cast<size_t>(config.vocab_size);
-}
-
 void ReleaseModelData(const OgaExtModelExecutor& executor) {
   if (executor.release_model != nullptr) executor.release_model(executor.model_data);
 }
@@ -258,13 +154,12 @@ void ReleaseModelData(const OgaExtModelExecutor& executor) {
 // Creates the model through the registered loader. The loader's model_data belongs to the model
 // from the moment the loader returns, also when creation fails afterwards.
 std::unique_ptr<OgaModel> LoadModel(const OgaConfig& handle) {
-  DecoderNameStorage storage;
-  FillDecoderNames(handle, storage);
+  const oga::ResolvedDecoderNames names(handle.config, handle.directory, handle.json_text);
   const OgaExtModelLoader loader = g_model_loader.load();
   if (loader == nullptr) throw ApiError(kNoLoaderMessage);
   OgaExtModelExecutor executor{};
   char message[4096] = {};
-  const OgaExtExecutionStatus status = loader(&storage.names, &executor, message, sizeof(message));
+  const OgaExtExecutionStatus status = loader(&names.view(), &executor, message, sizeof(message));
   message[sizeof(message) - 1] = '\0';
   if (status != OgaExtExecutionStatus_Ok) {
     ReleaseModelData(executor);
@@ -276,7 +171,7 @@ std::unique_ptr<OgaModel> LoadModel(const OgaConfig& handle) {
     }
     auto model = std::make_unique<OgaModel>();
     model->model = std::make_shared<oga::Model>(handle.config, executor, nullptr);
-    model->model->set_directory(storage.model_directory);
+    model->model->set_directory(handle.directory);
     return model;
   } catch (...) {
     ReleaseModelData(executor);
@@ -382,6 +277,18 @@ OgaResult* OGA_API_CALL OgaExtConfigGetJson(const OgaConfig* config, const char*
     RequireNotNull(config, "config must not be null.");
     RequireNotNull(out, "out must not be null.");
     *out = config->json_text.c_str();
+  });
+}
+
+OgaResult* OGA_API_CALL OgaExtConfigGetDecoderNames(const OgaConfig* config, const OgaExtDecoderNames** out) {
+  return Guard([&] {
+    if (out != nullptr) *out = nullptr;
+    RequireNotNull(config, "config must not be null.");
+    RequireNotNull(out, "out must not be null.");
+    // Resolved on first use and kept with the document; the handle's edits are not concurrent.
+    auto& names = const_cast<OgaConfig*>(config)->decoder_names;
+    if (!names) names = std::make_unique<oga::ResolvedDecoderNames>(config->config, config->directory, config->json_text);
+    *out = &names->view();
   });
 }
 

@@ -55,6 +55,7 @@ void PublishConfig(OgaConfig& config, json::Value root) {
   config.config = std::move(parsed);
   config.root = std::move(root);
   config.json_text = std::move(text);
+  config.decoder_names.reset();
 }
 
 }  // namespace oga

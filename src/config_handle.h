@@ -5,6 +5,9 @@
 
 #include <string>
 
+#include <memory>
+
+#include "decoder_names.h"
 #include "json.h"
 #include "model_config.h"
 
@@ -14,6 +17,9 @@ struct OgaConfig {
   oga::json::Value root;   // the effective document
   oga::ModelConfig config;  // ParseModelConfig(root)
   std::string json_text;   // json::Serialize(root), kept in step with root
+  // The decoder names OgaExtConfigGetDecoderNames resolved for the current document (dropped by
+  // every published edit).
+  std::unique_ptr<oga::ResolvedDecoderNames> decoder_names;
 };
 
 namespace oga {

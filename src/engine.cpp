@@ -120,7 +120,7 @@ size_t RingBlocksFor(const ModelConfig& config, const OgaExtModelExecutor& execu
         "Set search.chunk_size in genai_config.json.");
   }
   size_t full_layers = 0;
-  for (const StateGroup& group : EffectiveStateGroups(decoder)) {
+  for (const StateGroup& group : decoder.effective_state_groups) {
     if (group.kind != StateGroupKind::kPagedKv) continue;
     for (int32_t layer : group.layer_ids) {
       const std::vector<int32_t>& ring = decoder.sliding_window->layers;
@@ -140,7 +140,7 @@ size_t RingBlocksFor(const ModelConfig& config, const OgaExtModelExecutor& execu
 // the executor reports, checked against the bindings the configuration's fixed groups declare.
 std::vector<size_t> FixedStateRowBytes(const ModelConfig& config, const OgaExtModelExecutor& executor) {
   size_t declared = 0;
-  for (const StateGroup& group : EffectiveStateGroups(config.decoder)) {
+  for (const StateGroup& group : config.decoder.effective_state_groups) {
     if (group.kind != StateGroupKind::kPagedKv) declared += group.layer_ids.size();
   }
   if (declared == 0 && executor.num_fixed_states == 0) return {};

@@ -685,6 +685,8 @@ std::string ExpandLayerTemplate(const std::string& name_template, int32_t layer_
   return name;
 }
 
+namespace {
+
 std::vector<StateGroup> EffectiveStateGroups(const DecoderConfig& decoder) {
   if (decoder.state_groups) return *decoder.state_groups;
   StateGroup dense;
@@ -694,6 +696,8 @@ std::vector<StateGroup> EffectiveStateGroups(const DecoderConfig& decoder) {
   }
   return {std::move(dense)};
 }
+
+}  // namespace
 
 ModelConfig ParseModelConfig(const std::string& json_text) { return ParseModelConfig(json::Parse(json_text)); }
 
@@ -717,6 +721,7 @@ ModelConfig ParseModelConfig(const Value& root) {
     // does not read; OGA accepts them, so they are skipped.
   }
   if (state_groups) config.decoder.state_groups = ValidateStateGroups(*state_groups, config.decoder);
+  config.decoder.effective_state_groups = EffectiveStateGroups(config.decoder);
   CheckConfigPaths(root, config);
   ValidateVocabulary(config);
   return config;

@@ -112,9 +112,11 @@ struct DecoderConfig {
   std::optional<SlidingWindowConfig> sliding_window;
   DecoderInputNames inputs;
   DecoderOutputNames outputs;
-  // The explicit manifest; nullopt = absent (legacy dense paged KV over 0..num_hidden_layers-1,
-  // see EffectiveStateGroups -- no synthetic group is inserted here).
+  // The explicit manifest; nullopt = absent (legacy dense paged KV over 0..num_hidden_layers-1).
   std::optional<std::vector<StateGroup>> state_groups;
+  // The state groups the decoder runs with, resolved once when the configuration is parsed: the
+  // explicit manifest, or the legacy dense paged_kv group over 0..num_hidden_layers-1.
+  std::vector<StateGroup> effective_state_groups;
 };
 
 struct ModelConfig {
@@ -149,10 +151,6 @@ struct ModelConfig {
 ModelConfig ParseModelConfig(const std::string& json_text);
 // The same for an already parsed (possibly merged) document.
 ModelConfig ParseModelConfig(const json::Value& root);
-
-// The state groups the decoder runs with: the explicit manifest, or the legacy dense paged_kv
-// group over 0..num_hidden_layers-1 when there is none.
-std::vector<StateGroup> EffectiveStateGroups(const DecoderConfig& decoder);
 
 // Expands a name template for one logical layer (its single %d replaced by the id). Templates
 // are checked for exactly one %d when parsed (explicit manifests) or before expansion (legacy).

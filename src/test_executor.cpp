@@ -491,7 +491,7 @@ std::shared_ptr<Model> CreateTestModel(const std::string& config_json) {
   executor.per_token_logits = config.test_per_token_logits ? 1 : 0;
   executor.max_block_table_columns = static_cast<size_t>(config.test_max_block_table_columns);
   executor.windowed_block_table = config.test_windowed_block_table ? 1 : 0;
-  for (const StateGroup& group : EffectiveStateGroups(config.decoder)) {
+  for (const StateGroup& group : config.decoder.effective_state_groups) {
     if (group.kind == StateGroupKind::kPagedKv) continue;
     for (size_t i = 0; i < group.layer_ids.size(); ++i) {
       data->fixed_row_bytes.push_back(static_cast<size_t>(config.test_fixed_state_row_words) * sizeof(uint64_t));

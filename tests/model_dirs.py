@@ -20,28 +20,11 @@ VOCAB_SIZE = 400
 
 
 def decoder_names(model_dir):
-    """The OgaExtDecoderNames dict _onnx_load hands to onnx_executor.load_decoder, read from a built
-    directory's genai_config.json (paged_kv group layers only)."""
-    config = json.load(open(os.path.join(model_dir, "genai_config.json")))
-    decoder = config["model"]["decoder"]
-    inputs, outputs = decoder["inputs"], decoder["outputs"]
-    layers = [g for g in decoder["state_groups"] if g["kind"] == "paged_kv"][0]["layer_ids"]
-    return {
-        "model_directory": str(model_dir), "config_json": json.dumps(config), "decoder_filename": decoder["filename"],
-        "input_ids": inputs["input_ids"], "position_ids": inputs.get("position_ids", "position_ids"),
-        "cumulative_sequence_lengths": inputs["cumulative_sequence_lengths"],
-        "past_sequence_lengths": inputs["past_sequence_lengths"], "block_table": inputs["block_table"],
-        "block_table_windowed": inputs.get("block_table_windowed", "block_table_windowed"),
-        "attention_metadata": inputs["attention_metadata"], "attention_mask": "attention_mask",
-        "logits_indices": inputs.get("logits_indices", ""), "logits": outputs["logits"],
-        "paged_layer_ids": layers,
-        "past_key_names": [inputs["past_key_names"] % i for i in layers],
-        "past_value_names": [inputs["past_value_names"] % i for i in layers],
-        "present_key_names": [outputs["present_key_names"] % i for i in layers],
-        "present_value_names": [outputs["present_value_names"] % i for i in layers],
-        "block_size": config["engine"]["dynamic_batching"]["block_size"],
-        "vocab_size": config["model"]["vocab_size"],
-    }
+    """The OgaExtDecoderNames dict _onnx_load hands to onnx_executor.load_decoder, as the core resolves
+    it from the directory's genai_config.json."""
+    from oga import testing
+
+    return testing.decoder_names(str(model_dir))
 
 
 def byte_level_alphabet():

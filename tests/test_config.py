@@ -91,10 +91,20 @@ NAME_FIELDS = ["model_directory", "config_json", "decoder_filename", "input_ids"
 LIST_FIELDS = ["past_key_names", "past_value_names", "present_key_names", "present_value_names"]
 
 
+class FixedStateNames(Structure):
+    _fields_ = [("kind", c_uint32), ("layer_id", c_int32), ("input", c_char_p), ("output", c_char_p)]
+
+
+SIZE_FIELDS = ("num_key_value_heads", "head_size", "num_hidden_layers", "num_blocks")
+
+
 class DecoderNames(Structure):
     _fields_ = ([(n, c_char_p) for n in NAME_FIELDS] + [("num_paged_layers", c_size_t),
                                                         ("paged_layer_ids", POINTER(c_int32))]
-                + [(n, POINTER(c_char_p)) for n in LIST_FIELDS] + [("block_size", c_size_t), ("vocab_size", c_size_t)])
+                + [(n, POINTER(c_char_p)) for n in LIST_FIELDS] + [("block_size", c_size_t), ("vocab_size", c_size_t)]
+                + [("num_fixed_states", c_size_t), ("fixed_states", POINTER(FixedStateNames)),
+                   ("num_sliding_window_layers", c_size_t), ("sliding_window_layers", POINTER(c_int32))]
+                + [(n, c_size_t) for n in SIZE_FIELDS] + [("session_options_json", c_char_p)])
 
 
 LOADER = ctypes.CFUNCTYPE(c_uint32, POINTER(DecoderNames), POINTER(Executor), c_void_p, c_size_t)
@@ -136,6 +146,13 @@ class FakeLoader:
             for f in LIST_FIELDS:
                 got[f] = [getattr(n, f)[i].decode() for i in range(count)]
             got["block_size"], got["vocab_size"] = n.block_size, n.vocab_size
+            got["fixed_states"] = [(n.fixed_states[i].kind, n.fixed_states[i].layer_id,
+                                    n.fixed_states[i].input.decode(), n.fixed_states[i].output.decode())
+                                   for i in range(n.num_fixed_states)]
+            got["sliding_window_layers"] = [n.sliding_window_layers[i] for i in range(n.num_sliding_window_layers)]
+            for f in SIZE_FIELDS:
+                got[f] = getattr(n, f)
+            got["session_options"] = json.loads(n.session_options_json.decode())
             self.calls.append(got)
             ex = self.executor
             table = executor.contents
@@ -550,6 +567,67 @@ def test_loader_receives_resolved_names_and_the_model_runs(lib, tmp_path, loader
     lib.OgaDestroyEngineEventBuffer(buf)
     h.destroy()
     assert fake.executor.released == 1
+
+
+def test_loader_receives_fixed_states_window_layers_and_sizes(lib, tmp_path, loader):
+    """The state groups, sliding-window layers, sizes and session options resolved in the core, so
+    that no executor parses genai_config.json again."""
+    fake = loader()
+    cfg = with_groups([{"kind": "fixed_conv", "layer_ids": [2, 0]}, {"kind": "paged_kv", "layer_ids": [1, 3]},
+                       {"kind": "fixed_recurrent", "layer_ids": [4]}])
+    decoder = cfg["model"]["decoder"]
+    decoder["num_hidden_layers"] = 5
+    decoder["inputs"]["past_recurrent_names"] = "rec.%d.in"
+    decoder.update(num_key_value_heads=2, head_size=16,
+                   session_options={"log_id": "x", "intra_op_num_threads": 1})
+    decoder["sliding_window"] = {"window_size": 8, "layers": [3]}
+    cfg["engine"]["dynamic_batching"]["num_blocks"] = 40
+    cfg["search"] = {"chunk_size": 4}
+    write_config(tmp_path, cfg)
+    model, msg = load_model(lib, tmp_path)
+    assert msg is None, msg
+    (names,) = fake.calls
+    assert names["fixed_states"] == [
+        (1, 2, "past_key_values.2.conv_state", "present.2.conv_state"),
+        (1, 0, "past_key_values.0.conv_state", "present.0.conv_state"),
+        (2, 4, "rec.4.in", "present.4.recurrent_state")]
+    assert names["sliding_window_layers"] == [3]
+    assert [names[f] for f in SIZE_FIELDS] == [2, 16, 5, 40]
+    assert names["session_options"] == {"log_id": "x", "intra_op_num_threads": 1}
+    lib.OgaDestroyModel(model)
+    # without them: empty lists, zero sizes, "{}"
+    fake = loader()
+    bare = base_config()
+    for key in ("num_key_value_heads", "head_size", "session_options"):
+        del bare["model"]["decoder"][key]
+    del bare["engine"]["dynamic_batching"]["num_blocks"]
+    write_config(tmp_path, bare)
+    model, msg = load_model(lib, tmp_path)
+    assert msg is None, msg
+    (names,) = fake.calls
+    assert names["fixed_states"] == [] and names["sliding_window_layers"] == []
+    assert names["num_key_value_heads"] == names["head_size"] == names["num_blocks"] == 0
+    assert names["num_hidden_layers"] == 4 and names["session_options"] == {}
+    lib.OgaDestroyModel(model)
+
+
+def test_the_config_answers_what_the_loader_would_receive(tmp_path):
+    """OgaExtConfigGetDecoderNames (oga.testing.decoder_names) is the loader's view, updated by edits."""
+    import oga as og
+    from oga import testing
+
+    cfg = with_groups([{"kind": "paged_kv", "layer_ids": [1, 3]}])
+    write_config(tmp_path, cfg)
+    config = og.Config(str(tmp_path))
+    names = testing.decoder_names(config)
+    assert names["past_key_names"] == ["past_key_values.1.key", "past_key_values.3.key"]
+    assert names["num_blocks"] == 64
+    config.overlay('{"engine": {"dynamic_batching": {"num_blocks": 33}}}')
+    assert testing.decoder_names(config)["num_blocks"] == 33
+    broken = with_groups([{"kind": "fixed_conv", "layer_ids": [0]}])
+    write_config(tmp_path, broken)
+    with pytest.raises(RuntimeError, match="Dynamic batching requires exactly one paged_kv decoder state group"):
+        testing.decoder_names(str(tmp_path))
 
 
 def test_legacy_manifest_is_dense_and_not_inserted(lib, tmp_path, loader):

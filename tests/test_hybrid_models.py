@@ -18,7 +18,8 @@ import onnx
 import pytest
 
 from model_dirs import decoder_names
-from oga import onnx_executor
+import oga as og
+from oga import onnx_executor, testing
 from oga.models import build
 from oga.models.random_weights import random_model, tiny_spec
 from oga.models.reference import Reference, forward_with_states
@@ -401,16 +402,15 @@ def test_load_errors_name_the_fixed_state_tensor(hybrid_dirs, tmp_path):
     with pytest.raises(onnx_executor.ModelLoadError, match="'past_key_values.2.recurrent_state'.*statically known"):
         onnx_executor.load_decoder(decoder_names(_edit(model_dir, tmp_path / "d", dynamic_dim)))
 
-    # a template without %d
-    names = decoder_names(model_dir)
-    config = json.loads(names["config_json"])
-    config["model"]["decoder"]["inputs"]["past_conv_names"] = "conv_state"
-    names["config_json"] = json.dumps(config)
-    with pytest.raises(onnx_executor.ModelLoadError, match="past_conv_names"):
-        onnx_executor.load_decoder(names)
+    # a template without %d: the core refuses the configuration before any executor sees it
+    config = og.Config(model_dir)
+    with pytest.raises(RuntimeError, match="binding 'state' has malformed input template 'conv_state'; expected "
+                                           "exactly one %d"):
+        config.overlay(json.dumps({"model": {"decoder": {"inputs": {"past_conv_names": "conv_state"}}}}))
     # a renamed template that the graph lacks
-    config["model"]["decoder"]["inputs"]["past_conv_names"] = "conv.%d.state"
-    names["config_json"] = json.dumps(config)
+    config.overlay(json.dumps({"model": {"decoder": {"inputs": {"past_conv_names": "conv.%d.state"}}}}))
+    names = testing.decoder_names(config)
+    assert [(kind, layer, i) for kind, layer, i, _ in names["fixed_states"]][0] == ("fixed_conv", 0, "conv.0.state")
     with pytest.raises(onnx_executor.ModelLoadError, match="no input 'conv.0.state'"):
         onnx_executor.load_decoder(names)
 

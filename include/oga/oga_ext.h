@@ -269,6 +269,21 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaExtCreateModelWithExecutor(const char* con
  * and what was expected) and returns the executor. The Python package registers its ONNX Runtime
  * loader when it is imported; without a loader, loading a model directory fails.
  * ------------------------------------------------------------------------------------------- */
+/* The kind of a model.decoder.state_groups entry. */
+typedef uint32_t OgaExtStateGroupKind;
+#define OgaExtStateGroupKind_PagedKv 0u
+#define OgaExtStateGroupKind_FixedConv 1u
+#define OgaExtStateGroupKind_FixedRecurrent 2u
+
+/* One fixed decoder state binding: the graph input holding each row's committed state and the
+ * graph output the step writes the next state to. */
+typedef struct OgaExtFixedStateNames {
+  OgaExtStateGroupKind kind;  /* FixedConv or FixedRecurrent */
+  int32_t layer_id;           /* logical layer id */
+  const char* input;
+  const char* output;
+} OgaExtFixedStateNames;
+
 typedef struct OgaExtDecoderNames {
   const char* model_directory;   /* directory of genai_config.json (UTF-8) */
   const char* config_json;       /* the effective configuration, overlays applied, as JSON text */
@@ -294,7 +309,32 @@ typedef struct OgaExtDecoderNames {
   const char* const* present_value_names;
   size_t block_size;  /* engine.dynamic_batching.block_size; 0 without dynamic batching (static) */
   size_t vocab_size;
+  /* Fixed decoder state (hybrid models): one entry per binding of the fixed_conv / fixed_recurrent
+   * groups of model.decoder.state_groups, in manifest order and each group's layer_ids in order
+   * (the order of OgaExtModelExecutor.fixed_state_row_bytes), names expanded from
+   * model.decoder.inputs past_conv_names / past_recurrent_names and outputs present_conv_names /
+   * present_recurrent_names (0.18's defaults where the config names none). 0 / NULL: none. */
+  size_t num_fixed_states;
+  const OgaExtFixedStateNames* fixed_states;
+  /* model.decoder.sliding_window.layers (the layers a graph taking block_table_windowed keeps in a
+   * ring of blocks); 0 / NULL without a sliding window. */
+  size_t num_sliding_window_layers;
+  const int32_t* sliding_window_layers;
+  /* model.decoder sizes the executor checks the graph against; 0 where the config has none. */
+  size_t num_key_value_heads;
+  size_t head_size;
+  size_t num_hidden_layers;
+  /* engine.dynamic_batching.num_blocks; 0 when the engine sizes the pool itself. */
+  size_t num_blocks;
+  /* model.decoder.session_options as compact JSON text ("{}" when absent). */
+  const char* session_options_json;
 } OgaExtDecoderNames;
+
+/* The decoder names a model directory's configuration resolves to: what the model loader receives
+ * when the model is created from `config` now. *out points into the config and stays valid until
+ * the config's next successful edit or its destruction. Fails with the text model creation would
+ * fail with for a configuration whose decoder state cannot be loaded. Any thread. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaExtConfigGetDecoderNames(const OgaConfig* config, const OgaExtDecoderNames** out);
 
 /* Fills *executor (its model_data then belongs to the model). Runs on the thread that loads the
  * model, without the GIL. Returns Ok, or Fatal (or Interrupted) with a NUL-terminated reason in
