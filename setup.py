@@ -93,7 +93,7 @@ ortops = Extension(
 )
 
 # oga's native ONNX Runtime executor (native_executor/): an OgaExtModelExecutor over ONNX Runtime's C
-# API, loaded by oga/native_executor.py with ctypes (it dlopens the onnxruntime wheel's
+# API, loaded by oga/executor/native.py with ctypes (it dlopens the onnxruntime wheel's
 # libonnxruntime.so itself); never linked into the core. Left out of a sanitized build like
 # oga._ortops (the sanitized runs drive the core without ONNX Runtime).
 native_executor = Extension(

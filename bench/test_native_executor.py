@@ -20,7 +20,8 @@ import time
 import numpy as np
 
 import oga
-from oga import native_executor, testing
+from oga import testing
+from oga.executor import native as native_executor
 
 from workloads import cached_model_dir, smollm2_gguf
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import oga
-from oga import onnx_executor, testing
+from oga import executor as executors
+from oga import testing
 from oga.models.spec import DecoderSpec
 
 from workloads import cached_model_dir, compare_with_onnxruntime_genai, mixed_prompts, smollm2_gguf
@@ -49,9 +50,9 @@ def test_engine_overhead_per_step_on_smollm2(benchmark):
     """Step wall time minus time inside session.run, as a fraction of the step (goal < 3%)."""
     model_dir = MODELS["smollm2"]()
     prompts, budgets = mixed_prompts(49152, count=16)
-    before = set(map(id, onnx_executor.OnnxEngineExecutor.live))
+    before = set(map(id, executors.OnnxEngineExecutor.live))
     engine = oga.Engine(oga.Model(model_dir))
-    [executor] = [e for e in onnx_executor.OnnxEngineExecutor.live if id(e) not in before]
+    [executor] = [e for e in executors.OnnxEngineExecutor.live if id(e) not in before]
     for prompt, budget in zip(prompts, budgets):
         request = engine.create_request()
         options = oga.TurnOptions(request)

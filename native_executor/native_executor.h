@@ -1,10 +1,10 @@
 /*
  * native_executor.h -- oga's native ONNX Runtime executor: an OgaExtModelExecutor (oga_ext.h)
  * implemented in C++ over ONNX Runtime's C API, so that a step never enters Python (the Python
- * executor, oga/onnx_executor.py, takes and hands back the GIL several times per step).
+ * executor, oga/executor/host.py, takes and hands back the GIL several times per step).
  *
  * This library is built as the extension module oga._native_executor, loaded by
- * oga/native_executor.py with ctypes, and never linked into the core: the core only sees the
+ * oga/executor/native.py with ctypes, and never linked into the core: the core only sees the
  * callback table it fills. ONNX Runtime itself is loaded at run time (dlopen of the onnxruntime
  * wheel's libonnxruntime.so), never linked.
  *
@@ -15,7 +15,7 @@
  * own CPU builds). Decoders on a device (the CUDA execution provider) stay on the Python executor.
  *
  * Loading takes two calls, so that the decoder is validated against the very session that will
- * run it: OgaNativeSessionOpen creates the session, oga/onnx_executor.py validates the graph from
+ * run it: OgaNativeSessionOpen creates the session, oga/executor/decoder.py validates the graph from
  * OgaNativeSessionDescribe (the checks and messages of the Python executor), and
  * OgaNativeExecutorLoad hands the resolved names and geometry over and fills the executor table,
  * which then owns the session.
@@ -73,7 +73,7 @@ typedef struct OgaNativeCacheTensor {
   int32_t ring;   /* 1: a sliding-window ring layer's cache (dimension 0 = the window blocks) */
 } OgaNativeCacheTensor;
 
-/* The decoder to run, validated by the Python side (oga/onnx_executor.py OnnxDecoder). Every
+/* The decoder to run, validated by the Python side (oga/executor/decoder.py OnnxDecoder). Every
  * string is UTF-8; the library copies what it keeps, so the spec only needs to live for the call.
  * Optional graph inputs are NULL when the graph does not declare them. */
 typedef struct OgaNativeDecoderSpec {

@@ -1,4 +1,4 @@
-// A paged decoder's engine: what the Python host path (oga/onnx_executor.py OnnxEngineExecutor)
+// A paged decoder's engine: what the Python host path (oga/executor/host.py OnnxEngineExecutor)
 // does per step, without Python. The engine's packed buffers are bound where they are; each cache
 // is allocated once, zeroed, and bound as both its past input and its present output (the graph
 // updates it in place); a sliding-window ring layer's caches hold the window blocks; fixed decoder

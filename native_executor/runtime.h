@@ -53,7 +53,7 @@ std::string FormatOrtError(int code, const std::string& message);
 std::string OrtErrorBody(int code, const std::string& message);
 
 // OgaExtExecutionStatus for a failure text: out of memory -> CapacityExceeded, else Fatal (the
-// markers of oga/onnx_executor.py's classify_failure).
+// markers of oga/executor/contract.py's classify_failure).
 uint32_t ClassifyFailure(const std::string& text);
 
 }  // namespace native

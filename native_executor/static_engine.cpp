@@ -1,5 +1,5 @@
 // A static-batching decoder's engine (OGA's CPU builds: GroupQueryAttention over contiguous
-// caches), what oga/onnx_executor.py StaticOnnxEngineExecutor does without Python: per-layer caches
+// caches), what oga/executor/static.py StaticOnnxEngineExecutor does without Python: per-layer caches
 // [max_batch_size, kv_heads, max_length, head_size] allocated once and zeroed, bound as both past
 // and present over the leading batch_size rows (contiguous), so the graph updates them in place;
 // the logits of every query position land in a buffer that only grows, and the one row per

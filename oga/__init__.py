@@ -14,7 +14,7 @@ __path__ = _pkgutil.extend_path(__path__, __name__)
 
 from . import _core  # noqa: E402
 
-# OgaCreateModel loads ONNX model directories through the ONNX Runtime executor (oga/onnx_executor.py).
+# OgaCreateModel loads ONNX model directories through the ONNX Runtime executor (oga/executor/).
 _core._register_model_loader()
 
 

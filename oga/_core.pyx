@@ -1217,7 +1217,7 @@ def _request_set_last_turn_id(OgaRequest request not None, uint64_t turn_id):
 
 # ---------------------------------------------------------------------------------------------
 # The ONNX Runtime model loader (OgaExtModelLoader) and executor trampolines. The executor itself
-# is oga/onnx_executor.py; these functions only cross between the C callback table and Python.
+# is oga/executor/; these functions only cross between the C callback table and Python.
 # ---------------------------------------------------------------------------------------------
 
 cdef void _write_message(char* message, size_t capacity, object text) noexcept:
@@ -1333,9 +1333,9 @@ cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtMod
         decoder = None
         try:
             import importlib
-            onnx_executor = importlib.import_module("oga.onnx_executor")
-            native_executor = importlib.import_module("oga.native_executor")
-            decoder = onnx_executor.load_decoder(_decoder_names(names), native_executor.requested())
+            executors = importlib.import_module("oga.executor")
+            native_executor = importlib.import_module("oga.executor.native")
+            decoder = executors.load_decoder(_decoder_names(names), native_executor.requested())
             executor.per_token_logits = 1 if decoder.per_token_logits else 0
             executor.windowed_block_table = 1 if decoder.windowed_block_table else 0
             executor.bytes_per_window_block = getattr(decoder, "bytes_per_window_block", 0)
@@ -1353,7 +1353,7 @@ cdef OgaExtExecutionStatus _onnx_load(const OgaExtDecoderNames* names, OgaExtMod
             if device_ops is not None:
                 decoder._device_ops_table = _device_ops_table(device_ops)
                 executor.device_ops = <const OgaExtDeviceOps*><size_t>decoder._device_ops_table.address
-            # A decoder whose session the native executor created (oga/native_executor.py, the
+            # A decoder whose session the native executor created (oga/executor/native.py, the
             # default for decoders on the CPU provider): it takes over the table's callbacks and
             # model_data; a step then never takes the GIL.
             if native_executor.attach(decoder, <size_t>executor):

@@ -198,7 +198,7 @@ def set_last_turn_id(request, turn_id):
 def decoder_names(config):
     """What the model loader receives for `config` (an og.Config, or a model directory): the decoder's
     tensor names, state groups and sizes as the core resolved them (OgaExtConfigGetDecoderNames), as
-    the dict oga.onnx_executor.load_decoder takes."""
+    the dict oga.executor.load_decoder takes."""
     if not isinstance(config, _core.OgaConfig):
         config = _core.OgaConfig(config)
     return _core._config_decoder_names(config)
@@ -228,11 +228,11 @@ def device_path(factory=None):
     after the block ends; engines opened on it later use it too. A cuda entry in the config's
     provider_options with enable_cuda_graph declares CUDA graphs on this path as on CUDA (the CPU
     provider ignores the gpu_graph_id run option). Yields nothing."""
-    from . import onnx_executor
+    from . import executor
     from .device import HostDevice
 
-    previous = onnx_executor.set_cpu_device_factory(factory or HostDevice)
+    previous = executor.set_cpu_device_factory(factory or HostDevice)
     try:
         yield
     finally:
-        onnx_executor.set_cpu_device_factory(previous)
+        executor.set_cpu_device_factory(previous)

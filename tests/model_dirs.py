@@ -20,7 +20,7 @@ VOCAB_SIZE = 400
 
 
 def decoder_names(model_dir):
-    """The OgaExtDecoderNames dict _onnx_load hands to onnx_executor.load_decoder, as the core resolves
+    """The OgaExtDecoderNames dict _onnx_load hands to executors.load_decoder, as the core resolves
     it from the directory's genai_config.json."""
     from oga import testing
 

@@ -426,7 +426,7 @@ def test_the_onnx_loader_gives_the_core_the_decoders_device_ops(tmp_path, kernel
     fixed-state pool in memory from those ops, through the table _onnx_load built, and generates
     what it generates without them."""
     import oga as og
-    import oga.onnx_executor as onnx_executor
+    from oga import executor as executors
     from oga.models import build
     from oga.models.random_weights import tiny_spec
 
@@ -455,7 +455,7 @@ def test_the_onnx_loader_gives_the_core_the_decoders_device_ops(tmp_path, kernel
 
     device = CountingHostDevice(kernels)
     loaded = []
-    real_load = onnx_executor.load_decoder
+    real_load = executors.load_decoder
 
     def load_with_device_ops(names, executor=None):
         decoder = real_load(names)  # the Python executor: it hands the core the decoder's device ops
@@ -463,7 +463,7 @@ def test_the_onnx_loader_gives_the_core_the_decoders_device_ops(tmp_path, kernel
         loaded.append(decoder)
         return decoder
 
-    monkeypatch.setattr(onnx_executor, "load_decoder", load_with_device_ops)
+    monkeypatch.setattr(executors, "load_decoder", load_with_device_ops)
     launches = len(kernels.launches)
     assert generate() == expected
     (decoder,) = loaded

@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 import oga as og
-from oga import onnx_executor
+from oga import executor as executors
 from oga.models import build
 from oga.models.random_weights import tiny_spec
 
@@ -26,7 +26,7 @@ def test_a_cuda_decoder_without_cuda_names_the_reason(tmp_path):
 
     path = str(tmp_path / "cuda")
     build(None, path, target="cuda", random_spec=tiny_spec(vocab_size=97, context_length=64), seed=1)
-    reason = onnx_executor.cuda_unavailable_reason(ort)
+    reason = executors.cuda_unavailable_reason(ort)
     assert reason  # no GPU on this machine
     with pytest.raises(RuntimeError) as error:
         og.Model(path)

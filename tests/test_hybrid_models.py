@@ -19,7 +19,8 @@ import pytest
 
 from model_dirs import decoder_names
 import oga as og
-from oga import onnx_executor, testing
+from oga import executor as executors
+from oga import testing
 from oga.models import build
 from oga.models.random_weights import random_model, tiny_spec
 from oga.models.reference import Reference, forward_with_states
@@ -41,7 +42,7 @@ class HybridSteps:
     calls OnnxEngineExecutor.execute with addresses. Blocks come scattered from one NaN-filled pool."""
 
     def __init__(self, model_dir, max_batch_size=6, num_blocks=64, seed=0):
-        self.decoder = onnx_executor.load_decoder(decoder_names(model_dir))
+        self.decoder = executors.load_decoder(decoder_names(model_dir))
         self.block_size = self.decoder.names["block_size"]
         self.geometry = {
             "block_size": self.block_size, "num_blocks": num_blocks, "max_batch_size": max_batch_size,
@@ -105,7 +106,7 @@ class HybridSteps:
                 c.fill(np.nan)
             entries = [e + (c.ctypes.data,) for e, c in zip(entries, self.captures)]
         status, message, address, count = self.run(rows, arrays, columns, entries)
-        assert status == onnx_executor.STATUS_OK, message
+        assert status == executors.STATUS_OK, message
         assert address == self.executor.logits.ctypes.data
         self.presents = [o.copy() for o in outs]
         if self.captures is not None:
@@ -214,7 +215,7 @@ def test_bank_views_bind_in_place(hybrid_dirs):
         arrays, columns = runner.pack(rows)
         pairs = [(bank[active][2:4].ctypes.data, bank[1 - active][2:4].ctypes.data) for bank in banks]
         status, message, _, count = runner.run(rows, arrays, columns, pairs)
-        assert status == onnx_executor.STATUS_OK, message
+        assert status == executors.STATUS_OK, message
         for name, tokens in rows:
             runner.length[name] = runner.length.get(name, 0) + len(tokens)
         expected = np.concatenate([refs[n].step(t)[-1:] for n, t in rows])
@@ -229,7 +230,7 @@ def test_bank_views_bind_in_place(hybrid_dirs):
 
 def test_decoder_exposes_fixed_state_geometry(hybrid_dirs):
     model_dir, spec = hybrid_dirs["crca"]
-    decoder = onnx_executor.load_decoder(decoder_names(model_dir))
+    decoder = executors.load_decoder(decoder_names(model_dir))
     assert [(t.kind, t.layer, t.input_name, t.output_name) for t in decoder.fixed_states] == [
         ("fixed_conv", 0, "past_key_values.0.conv_state", "present.0.conv_state"),
         ("fixed_recurrent", 2, "past_key_values.2.recurrent_state", "present.2.recurrent_state")]
@@ -252,16 +253,16 @@ def test_execute_refuses_missing_or_overlapping_fixed_state(hybrid_dirs):
     rows = [("a", [1, 2, 3])]
     arrays, columns = runner.pack(rows)
     status, message, _, _ = runner.run(rows, arrays, columns, None)
-    assert status == onnx_executor.STATUS_FATAL and "2 fixed state tensors" in message
+    assert status == executors.STATUS_FATAL and "2 fixed state tensors" in message
     status, message, _, _ = runner.run(rows, arrays, columns, [(1, 2)])
-    assert status == onnx_executor.STATUS_FATAL and "passes 1" in message
+    assert status == executors.STATUS_FATAL and "passes 1" in message
     conv = np.zeros((1, 32, 3), np.float32)
     rec = [np.zeros((1, 4, 8, 8), np.float32) for _ in range(2)]
     status, message, _, _ = runner.run(rows, arrays, columns,
                                        [(conv.ctypes.data, conv.ctypes.data), (rec[0].ctypes.data, rec[1].ctypes.data)])
-    assert status == onnx_executor.STATUS_FATAL and "overlaps" in message and "past_key_values.0.conv_state" in message
+    assert status == executors.STATUS_FATAL and "overlaps" in message and "past_key_values.0.conv_state" in message
     status, message, _, _ = runner.run(rows, arrays, columns, [(0, rec[1].ctypes.data), (1, 2)])
-    assert status == onnx_executor.STATUS_FATAL and "null address" in message
+    assert status == executors.STATUS_FATAL and "null address" in message
 
 
 def test_models_without_fixed_state_are_unchanged(tmp_path):
@@ -278,11 +279,11 @@ def test_models_without_fixed_state_are_unchanged(tmp_path):
     status, message, _, count = runner.executor.execute(          # the engine's positional call
         1, 3, a["input_ids"], a["position_ids"], a["cu"], a["past"], a["block_table"], columns, a["metadata"],
         a["logits_indices"], 0)
-    assert status == onnx_executor.STATUS_OK, message
+    assert status == executors.STATUS_OK, message
     np.testing.assert_allclose(runner.executor.logits[:count][0],
                                Reference(random_model(spec, seed=2)).step([5, 6, 7])[-1], atol=TOL)
     status, message, _, _ = runner.run(rows, arrays, columns, [(1, 2)])
-    assert status == onnx_executor.STATUS_FATAL and "no fixed state" in message
+    assert status == executors.STATUS_FATAL and "no fixed state" in message
 
 
 def test_build_writes_the_state_groups(hybrid_dirs):
@@ -357,7 +358,7 @@ def test_cli_builds_a_hybrid_model(tmp_path, capsys):
     groups = json.load(open(out / "genai_config.json"))["model"]["decoder"]["state_groups"]
     assert groups == [{"kind": "paged_kv", "layer_ids": [1]}, {"kind": "fixed_conv", "layer_ids": [0]},
                       {"kind": "fixed_recurrent", "layer_ids": [2]}]
-    decoder = onnx_executor.load_decoder(decoder_names(str(out)))
+    decoder = executors.load_decoder(decoder_names(str(out)))
     assert [t.row_shape for t in decoder.fixed_states] == [(32, 2), (4, 8, 8)]
     assert cli_main(["build", "--random", "--layers", "2", "--layer-types", "conv,recurrent", "-o", str(tmp_path / "x")]) == 2
     assert "attention" in capsys.readouterr().err
@@ -383,24 +384,24 @@ def test_load_errors_name_the_fixed_state_tensor(hybrid_dirs, tmp_path):
 
     def drop_output(model):
         model.graph.output.remove(_value(model.graph.output, "present.2.recurrent_state"))
-    with pytest.raises(onnx_executor.ModelLoadError, match="no output 'present.2.recurrent_state'"):
-        onnx_executor.load_decoder(decoder_names(_edit(model_dir, tmp_path / "a", drop_output)))
+    with pytest.raises(executors.ModelLoadError, match="no output 'present.2.recurrent_state'"):
+        executors.load_decoder(decoder_names(_edit(model_dir, tmp_path / "a", drop_output)))
 
     def fixed_batch(model):
         _value(model.graph.input, "past_key_values.0.conv_state").type.tensor_type.shape.dim[0].dim_value = 4
-    with pytest.raises(onnx_executor.ModelLoadError, match="'past_key_values.0.conv_state'.*dynamic batch axis"):
-        onnx_executor.load_decoder(decoder_names(_edit(model_dir, tmp_path / "b", fixed_batch)))
+    with pytest.raises(executors.ModelLoadError, match="'past_key_values.0.conv_state'.*dynamic batch axis"):
+        executors.load_decoder(decoder_names(_edit(model_dir, tmp_path / "b", fixed_batch)))
 
     def other_geometry(model):
         _value(model.graph.input, "past_key_values.0.conv_state").type.tensor_type.shape.dim[2].dim_value = 5
-    with pytest.raises(onnx_executor.ModelLoadError,
+    with pytest.raises(executors.ModelLoadError,
                        match=r"'present.0.conv_state'.*per-row geometry of 'past_key_values.0.conv_state'"):
-        onnx_executor.load_decoder(decoder_names(_edit(model_dir, tmp_path / "c", other_geometry)))
+        executors.load_decoder(decoder_names(_edit(model_dir, tmp_path / "c", other_geometry)))
 
     def dynamic_dim(model):
         _value(model.graph.input, "past_key_values.2.recurrent_state").type.tensor_type.shape.dim[1].dim_param = "h"
-    with pytest.raises(onnx_executor.ModelLoadError, match="'past_key_values.2.recurrent_state'.*statically known"):
-        onnx_executor.load_decoder(decoder_names(_edit(model_dir, tmp_path / "d", dynamic_dim)))
+    with pytest.raises(executors.ModelLoadError, match="'past_key_values.2.recurrent_state'.*statically known"):
+        executors.load_decoder(decoder_names(_edit(model_dir, tmp_path / "d", dynamic_dim)))
 
     # a template without %d: the core refuses the configuration before any executor sees it
     config = og.Config(model_dir)
@@ -411,8 +412,8 @@ def test_load_errors_name_the_fixed_state_tensor(hybrid_dirs, tmp_path):
     config.overlay(json.dumps({"model": {"decoder": {"inputs": {"past_conv_names": "conv.%d.state"}}}}))
     names = testing.decoder_names(config)
     assert [(kind, layer, i) for kind, layer, i, _ in names["fixed_states"]][0] == ("fixed_conv", 0, "conv.0.state")
-    with pytest.raises(onnx_executor.ModelLoadError, match="no input 'conv.0.state'"):
-        onnx_executor.load_decoder(names)
+    with pytest.raises(executors.ModelLoadError, match="no input 'conv.0.state'"):
+        executors.load_decoder(names)
 
 
 # --------------------------------------------------------------------------------------------
@@ -493,7 +494,7 @@ def test_a_captured_state_replays_an_accepted_draft_prefix(capture_dirs):
 
 def test_capture_decoder_exposes_the_capture_outputs(capture_dirs, hybrid_dirs):
     model_dir, _ = capture_dirs["crca"]
-    decoder = onnx_executor.load_decoder(decoder_names(model_dir))
+    decoder = executors.load_decoder(decoder_names(model_dir))
     assert decoder.fixed_state_capture
     assert [t.capture_name for t in decoder.fixed_states] == ["present.0.conv_state.per_token",
                                                               "present.2.recurrent_state.per_token"]
@@ -503,7 +504,7 @@ def test_capture_decoder_exposes_the_capture_outputs(capture_dirs, hybrid_dirs):
     assert outputs["present.2.recurrent_state.per_token"] == ["num_tokens", 4, 8, 8]
     assert outputs["present.0.conv_state"] == ["batch_size", 32, 3]     # present.* unchanged
     # without per_token_logits (the default) there is nothing to capture
-    plain = onnx_executor.load_decoder(decoder_names(hybrid_dirs["crca"][0]))
+    plain = executors.load_decoder(decoder_names(hybrid_dirs["crca"][0]))
     assert not plain.fixed_state_capture and all(t.capture_name is None for t in plain.fixed_states)
 
 
@@ -520,29 +521,29 @@ def test_execute_checks_the_capture_addresses(capture_dirs, hybrid_dirs):
                 (rec[0].ctypes.data, rec[1].ctypes.data, rec_capture)]
     pairs = [e[:2] for e in entries(0, 0)]
     status, message, _, _ = runner.run(rows, arrays, columns, pairs)
-    assert status == onnx_executor.STATUS_FATAL
+    assert status == executors.STATUS_FATAL
     assert "no capture address" in message and "present.0.conv_state.per_token" in message
     status, message, _, _ = runner.run(rows, arrays, columns, entries(caps[0].ctypes.data, 0))
-    assert status == onnx_executor.STATUS_FATAL
+    assert status == executors.STATUS_FATAL
     assert "no capture address" in message and "'past_key_values.2.recurrent_state'" in message
     status, message, _, _ = runner.run(rows, arrays, columns, entries(caps[0].ctypes.data, rec[0].ctypes.data))
-    assert status == onnx_executor.STATUS_FATAL and "overlaps 'past_key_values.2.recurrent_state'" in message
+    assert status == executors.STATUS_FATAL and "overlaps 'past_key_values.2.recurrent_state'" in message
     status, message, _, _ = runner.run(rows, arrays, columns, entries(conv[1].ctypes.data, caps[1].ctypes.data))
-    assert status == onnx_executor.STATUS_FATAL and "overlaps 'present.0.conv_state'" in message
+    assert status == executors.STATUS_FATAL and "overlaps 'present.0.conv_state'" in message
     status, message, _, _ = runner.run(rows, arrays, columns, [(1, 2, 3, 4), (1, 2, 3)])
-    assert status == onnx_executor.STATUS_FATAL and "triple" in message
+    assert status == executors.STATUS_FATAL and "triple" in message
     status, message, _, _ = runner.run(rows, arrays, columns, pairs[:1])
-    assert status == onnx_executor.STATUS_FATAL and "passes 1 (input, output, capture) address triples" in message
+    assert status == executors.STATUS_FATAL and "passes 1 (input, output, capture) address triples" in message
     status, message, _, count = runner.run(rows, arrays, columns, entries(caps[0].ctypes.data, caps[1].ctypes.data))
-    assert status == onnx_executor.STATUS_OK and count == 3, message
+    assert status == executors.STATUS_OK and count == 3, message
     np.testing.assert_array_equal(caps[0][-1], conv[1][0])
     # a decoder without capture outputs takes pairs, or triples whose capture is 0, never a capture
     plain = HybridSteps(hybrid_dirs["crca"][0])
     arrays, columns = plain.pack(rows)
     status, message, _, _ = plain.run(rows, arrays, columns, entries(caps[0].ctypes.data, caps[1].ctypes.data))
-    assert status == onnx_executor.STATUS_FATAL and "no per-token state output" in message
+    assert status == executors.STATUS_FATAL and "no per-token state output" in message
     status, message, _, _ = plain.run(rows, arrays, columns, entries(0, 0))
-    assert status == onnx_executor.STATUS_OK, message
+    assert status == executors.STATUS_OK, message
 
 
 def test_capture_load_errors_name_the_tensor(capture_dirs, tmp_path):
@@ -550,14 +551,14 @@ def test_capture_load_errors_name_the_tensor(capture_dirs, tmp_path):
 
     def drop_capture(model):
         model.graph.output.remove(_value(model.graph.output, "present.2.recurrent_state.per_token"))
-    with pytest.raises(onnx_executor.ModelLoadError,
+    with pytest.raises(executors.ModelLoadError,
                        match=r"present.0.conv_state.per_token.*no output 'present.2.recurrent_state.per_token'"):
-        onnx_executor.load_decoder(decoder_names(_edit(model_dir, tmp_path / "a", drop_capture)))
+        executors.load_decoder(decoder_names(_edit(model_dir, tmp_path / "a", drop_capture)))
 
     def static_tokens(model):
         _value(model.graph.output, "present.0.conv_state.per_token").type.tensor_type.shape.dim[0].dim_value = 3
-    with pytest.raises(onnx_executor.ModelLoadError, match="'present.0.conv_state.per_token'.*dynamic axis 0"):
-        onnx_executor.load_decoder(decoder_names(_edit(model_dir, tmp_path / "b", static_tokens)))
+    with pytest.raises(executors.ModelLoadError, match="'present.0.conv_state.per_token'.*dynamic axis 0"):
+        executors.load_decoder(decoder_names(_edit(model_dir, tmp_path / "b", static_tokens)))
 
     def cut(output, axis, end):
         """The graph's capture `output` cut to `end` entries along `axis` (ONNX Runtime reports the
@@ -572,12 +573,12 @@ def test_capture_load_errors_name_the_tensor(capture_dirs, tmp_path):
                                                                             "cut/" + name))
             _value(model.graph.output, output).type.tensor_type.shape.dim[axis].dim_value = end
         return edit
-    with pytest.raises(onnx_executor.ModelLoadError, match=r"'present.2.recurrent_state.per_token' has shape "
+    with pytest.raises(executors.ModelLoadError, match=r"'present.2.recurrent_state.per_token' has shape "
                                                            r"\['num_tokens', 2, 8, 8\]; expected \[num_tokens, 4, 8, 8\]"):
-        onnx_executor.load_decoder(decoder_names(_edit(model_dir, tmp_path / "c",
+        executors.load_decoder(decoder_names(_edit(model_dir, tmp_path / "c",
                                                        cut("present.2.recurrent_state.per_token", 1, 2))))
-    with pytest.raises(onnx_executor.ModelLoadError, match=r"'present.0.conv_state.per_token'.*\[num_tokens, 32, 3\]"):
-        onnx_executor.load_decoder(decoder_names(_edit(model_dir, tmp_path / "d",
+    with pytest.raises(executors.ModelLoadError, match=r"'present.0.conv_state.per_token'.*\[num_tokens, 32, 3\]"):
+        executors.load_decoder(decoder_names(_edit(model_dir, tmp_path / "d",
                                                        cut("present.0.conv_state.per_token", 2, 1))))
 
     def cast(model):
@@ -587,9 +588,9 @@ def test_capture_load_errors_name_the_tensor(capture_dirs, tmp_path):
         model.graph.node.append(onnx.helper.make_node("Cast", [output + "/float"], [output],
                                                       to=onnx.TensorProto.DOUBLE))
         _value(model.graph.output, output).type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
-    with pytest.raises(onnx_executor.ModelLoadError,
+    with pytest.raises(executors.ModelLoadError,
                        match=r"'present.0.conv_state.per_token' has type tensor\(double\); expected the type"):
-        onnx_executor.load_decoder(decoder_names(_edit(model_dir, tmp_path / "e", cast)))
+        executors.load_decoder(decoder_names(_edit(model_dir, tmp_path / "e", cast)))
 
 
 def test_state_capture_builder_options(tmp_path, capsys):
@@ -615,7 +616,7 @@ def test_state_capture_builder_options(tmp_path, capsys):
     base = ["build", "--random", "--layers", "3", "--hidden", "32", "--heads", "4", "--vocab", "97",
             "--layer-types", "conv,attention,recurrent", "--per-token-logits"]
     assert cli_main(base + ["--no-state-capture", "-o", str(tmp_path / "off")]) == 0
-    assert not onnx_executor.load_decoder(decoder_names(str(tmp_path / "off"))).fixed_state_capture
+    assert not executors.load_decoder(decoder_names(str(tmp_path / "off"))).fixed_state_capture
     assert cli_main(base[:-1] + ["--state-capture", "-o", str(tmp_path / "bad")]) == 2
     assert "per_token_logits" in capsys.readouterr().err
 

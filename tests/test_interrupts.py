@@ -18,7 +18,7 @@ import oga as og
 import oga.testing as ogt
 from helpers import (E_RETRYABLE, R_NONE, RETRYABLE, TOKEN, Job, OracleSequence, Turn, counters, drive,
                      expected_workload, make_engine, prompt_without_eos, run_once, run_workload, turn_options)
-from oga import onnx_executor
+from oga import executor as executors
 from greedy_runs import begin_all
 from model_dirs import EXECUTOR_SPEC, executor_model_dir
 from static_models import tiny_llama_static_dir  # noqa: F401  (fixture)
@@ -150,9 +150,9 @@ def model(model_dir):
 
 
 def _open(model):
-    before = set(map(id, onnx_executor.OnnxEngineExecutor.live))
+    before = set(map(id, executors.OnnxEngineExecutor.live))
     engine = og.Engine(model)
-    [executor] = [e for e in onnx_executor.OnnxEngineExecutor.live if id(e) not in before]
+    [executor] = [e for e in executors.OnnxEngineExecutor.live if id(e) not in before]
     return engine, executor
 
 
@@ -310,7 +310,8 @@ def test_a_log_callback_interrupted_inside_the_executor(model, uninterrupted, mo
 
 
 # Modules whose Python code runs only inside core calls here (through the _core.pyx trampolines).
-CALLBACK_MODULES = ("oga.onnx_executor", "oga.device_ops", "oga.device")
+CALLBACK_MODULES = ("oga.executor.decoder", "oga.executor.host", "oga.executor.device_path", "oga.executor.static",
+                    "oga.device_ops", "oga.device")
 
 
 def _interrupt_inside_core_calls(signum, frame):
@@ -397,23 +398,23 @@ def test_an_interruption_inside_the_static_executor(tiny_llama_static_dir, after
 
 @pytest.mark.parametrize("error", INTERRUPTIONS)
 def test_an_interrupted_model_load_raises_the_interruption(model_dir, monkeypatch, error):
-    monkeypatch.setattr(onnx_executor, "load_decoder", Once(onnx_executor.load_decoder, error))
+    monkeypatch.setattr(executors, "load_decoder", Once(executors.load_decoder, error))
     with pytest.raises(error):
         og.Model(model_dir)
     og.Engine(og.Model(model_dir))  # nothing left behind
 
 
 def test_an_exception_in_the_model_loader_stays_a_runtime_error(model_dir, monkeypatch):
-    monkeypatch.setattr(onnx_executor, "load_decoder", Once(onnx_executor.load_decoder, lambda: OSError("disk")))
+    monkeypatch.setattr(executors, "load_decoder", Once(executors.load_decoder, lambda: OSError("disk")))
     with pytest.raises(RuntimeError):
         og.Model(model_dir)
 
 
 @pytest.mark.parametrize("error", INTERRUPTIONS)
 def test_an_interrupted_engine_creation_raises_the_interruption(model, monkeypatch, error):
-    real = onnx_executor.OnnxEngineExecutor.__init__
+    real = executors.OnnxEngineExecutor.__init__
     raising = Once(real, error)
-    monkeypatch.setattr(onnx_executor.OnnxEngineExecutor, "__init__", lambda self, *args: raising(self, *args))
+    monkeypatch.setattr(executors.OnnxEngineExecutor, "__init__", lambda self, *args: raising(self, *args))
     with pytest.raises(error):
         og.Engine(model)
     monkeypatch.undo()
@@ -435,7 +436,7 @@ def test_an_interrupted_device_operation_is_rolled_back(device_model, uninterrup
     """The device path (oga.device.HostDevice on the CPU): the core reads logits rows back through
     DeviceOps.read, a Python callback of the core's own."""
     engine, executor = _open(device_model)
-    assert isinstance(executor, onnx_executor.DeviceOnnxEngineExecutor) and executor.logits_on_device
+    assert isinstance(executor, executors.DeviceOnnxEngineExecutor) and executor.logits_on_device
     requests = _begin(engine)
     buffer = engine.create_event_buffer(64)
     ops = executor.decoder.device_ops

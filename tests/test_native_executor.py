@@ -1,4 +1,4 @@
-"""The native ONNX Runtime executor (native_executor/, oga/native_executor.py), the default for
+"""The native ONNX Runtime executor (native_executor/, oga/executor/native.py), the default for
 decoders on the CPU provider: the same event streams as the Python executor (OGA_EXECUTOR=python) on
 every decoder kind oga.models.build emits, on every model directory the conformance suite builds and
 on SmolLM2; one session per load, validated with the Python executor's checks; ORT failures
@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import oga as og
-from oga import native_executor, testing
+from oga import testing
+from oga.executor import native as native_executor
 from oga.models import build
 from oga.models.random_weights import tiny_spec
 from oga.models.spec import DecoderSpec

@@ -1,4 +1,4 @@
-"""The ONNX Runtime executor's device path (oga/onnx_executor.py, DeviceOnnxEngineExecutor), run on
+"""The ONNX Runtime executor's device path (oga/executors.py, DeviceOnnxEngineExecutor), run on
 the CPU with oga.device.HostDevice through oga.testing.device_path: the code a session on
 CUDAExecutionProvider runs -- caches, staged inputs and logits in device memory allocated at
 open_engine, one upload per input per step at fixed addresses, gpu_graph_id run options for graph
@@ -15,7 +15,8 @@ import pytest
 
 import oga as og
 from oga import device as devices
-from oga import onnx_executor, testing
+from oga import executor as executors
+from oga import testing
 from oga.models import build
 from oga.models.random_weights import tiny_spec
 
@@ -182,9 +183,9 @@ def load(model_dir, device=None):
 
 
 def open_engine(model):
-    before = set(map(id, onnx_executor.OnnxEngineExecutor.live))
+    before = set(map(id, executors.OnnxEngineExecutor.live))
     engine = og.Engine(model)
-    [executor] = [e for e in onnx_executor.OnnxEngineExecutor.live if id(e) not in before]
+    [executor] = [e for e in executors.OnnxEngineExecutor.live if id(e) not in before]
     return engine, executor
 
 
@@ -232,7 +233,7 @@ def run_jobs(engine, jobs=JOBS, propose=None, after_run=None, max_runs=2000):
 
 def streams(model_dir, device=None, **kwargs):
     engine, executor = open_engine(load(model_dir, device))
-    expected = onnx_executor.DeviceOnnxEngineExecutor if device else onnx_executor.OnnxEngineExecutor
+    expected = executors.DeviceOnnxEngineExecutor if device else executors.OnnxEngineExecutor
     assert type(executor) is expected
     return run_jobs(engine, **kwargs)
 
@@ -297,7 +298,7 @@ def test_one_upload_per_input_fixed_addresses_and_no_allocation_after_open(model
     steps = np.diff([0] + per_step)
     assert steps.max() <= staged and steps.sum() > 0
     # At these small limits the capacity between inputs is far below UPLOAD_MERGE_GAP: one copy a step.
-    assert executor.device_inputs_bytes < onnx_executor.UPLOAD_MERGE_GAP and steps.max() == 1
+    assert executor.device_inputs_bytes < executors.UPLOAD_MERGE_GAP and steps.max() == 1
     region = (executor.device_inputs, executor.device_inputs + executor.device_inputs_bytes)
     staging = executor.staging.ctypes.data
     for destination, source, nbytes in device.uploads:
@@ -471,14 +472,14 @@ def test_run_failures_on_the_device_path(model_dirs):
     "CUDA_ERROR_OUT_OF_MEMORY",
 ])
 def test_cuda_out_of_memory_texts_are_capacity_failures(text):
-    assert onnx_executor.classify_failure(RuntimeError(text)) == onnx_executor.STATUS_CAPACITY_EXCEEDED
+    assert executors.classify_failure(RuntimeError(text)) == executors.STATUS_CAPACITY_EXCEEDED
 
 
 def test_a_cuda_device_that_cannot_be_opened_is_a_load_error(monkeypatch):
     monkeypatch.delattr(devices, "CudaDevice", raising=False)
-    with pytest.raises(onnx_executor.ModelLoadError, match=r"model\.onnx: the session would run on "
+    with pytest.raises(executors.ModelLoadError, match=r"model\.onnx: the session would run on "
                                                            r"CUDAExecutionProvider \(device 1\), but oga cannot open"):
-        onnx_executor._open_cuda_device("model.onnx", 1)
+        executors.decoder._open_cuda_device("model.onnx", 1)
 
 
 @pytest.mark.parametrize("lands_on_cuda", [True, False])
@@ -510,7 +511,7 @@ def test_a_cuda_session_opens_its_device_and_shares_its_stream(graph_dir, model_
     monkeypatch.setattr(devices, "CudaDevice", StandInCudaDevice, raising=False)
     monkeypatch.setattr(ort, "InferenceSession", CudaLookingSession)
     monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
-    monkeypatch.setattr(onnx_executor, "cuda_unavailable_reason", lambda ort: "")
+    monkeypatch.setattr(executors.decoder, "cuda_unavailable_reason", lambda ort: "")
     config = og.Config(graph_dir)
     config.set_provider_option("cuda", "device_id", "0")
     engine, executor = open_engine(og.Model(config))
@@ -519,7 +520,7 @@ def test_a_cuda_session_opens_its_device_and_shares_its_stream(graph_dir, model_
     assert options[0] == {"enable_cuda_graph": "1", "device_id": "0", "user_compute_stream": str(0x5150)}
     [device] = opened
     if not lands_on_cuda:
-        assert type(executor) is onnx_executor.OnnxEngineExecutor
+        assert type(executor) is executors.OnnxEngineExecutor
         return
     assert executor.device is device and executor.cuda_graph
     session = executor.session = RecordingSession(executor.session)

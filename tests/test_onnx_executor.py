@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import oga as og
-from oga import onnx_executor, testing
+from oga import executor as executors
+from oga import testing
 from oga.models import build
 from oga.models.random_weights import random_model
 from oga.models.reference import greedy
@@ -81,9 +82,9 @@ def test_each_request_alone_equals_the_batch(model_dir):
 
 def test_caches_are_written_in_place_and_never_move(model_dir, monkeypatch):
     monkeypatch.setenv("OGA_EXECUTOR", "python")  # inspects the Python executor
-    before = set(map(id, onnx_executor.OnnxEngineExecutor.live))
+    before = set(map(id, executors.OnnxEngineExecutor.live))
     engine = og.Engine(og.Model(model_dir))
-    [executor] = [e for e in onnx_executor.OnnxEngineExecutor.live if id(e) not in before]
+    [executor] = [e for e in executors.OnnxEngineExecutor.live if id(e) not in before]
     addresses = [cache.ctypes.data for cache in executor.caches]
     assert all(not cache.any() for cache in executor.caches)  # allocated zeroed
     request = engine.create_request()
@@ -127,9 +128,9 @@ def test_step_time_does_not_grow_with_the_cache(model_dir):
 
 def test_out_of_memory_is_rolled_back_and_other_failures_are_fatal(model_dir, monkeypatch):
     monkeypatch.setenv("OGA_EXECUTOR", "python")  # inspects the Python executor
-    before = set(map(id, onnx_executor.OnnxEngineExecutor.live))
+    before = set(map(id, executors.OnnxEngineExecutor.live))
     engine = og.Engine(og.Model(model_dir))
-    [executor] = [e for e in onnx_executor.OnnxEngineExecutor.live if id(e) not in before]
+    [executor] = [e for e in executors.OnnxEngineExecutor.live if id(e) not in before]
     request = engine.create_request()
     options = og.TurnOptions(request)
     options.set_max_generated_tokens(4)
@@ -177,9 +178,9 @@ def test_load_errors_name_the_file_the_tensor_and_the_expectation(model_dir, tmp
 
 
 def test_failure_classification():
-    assert onnx_executor.classify_failure(MemoryError()) == onnx_executor.STATUS_CAPACITY_EXCEEDED
-    assert onnx_executor.classify_failure(RuntimeError("std::bad_alloc")) == onnx_executor.STATUS_CAPACITY_EXCEEDED
-    assert onnx_executor.classify_failure(RuntimeError("Invalid input dimensions")) == onnx_executor.STATUS_FATAL
+    assert executors.classify_failure(MemoryError()) == executors.STATUS_CAPACITY_EXCEEDED
+    assert executors.classify_failure(RuntimeError("std::bad_alloc")) == executors.STATUS_CAPACITY_EXCEEDED
+    assert executors.classify_failure(RuntimeError("Invalid input dimensions")) == executors.STATUS_FATAL
 
 
 def test_a_paged_graph_under_a_static_config_names_the_mismatch(model_dir, tmp_path):

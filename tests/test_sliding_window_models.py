@@ -15,7 +15,7 @@ import onnx
 import pytest
 
 from model_dirs import decoder_names
-from oga import onnx_executor
+from oga import executor as executors
 from oga.models import build
 from oga.models.__main__ import main as cli_main
 from oga.models.onnx_cuda import build_cuda_graph
@@ -44,7 +44,7 @@ class RingSteps:
 
     def __init__(self, model_dir, chunk_size, window, max_batch_size=6, num_blocks=96, seed=0,
                  reserve_ahead=1, ring_padding=False, nan_fill=True):
-        self.decoder = onnx_executor.load_decoder(decoder_names(model_dir))
+        self.decoder = executors.load_decoder(decoder_names(model_dir))
         self.block_size = self.decoder.names["block_size"]
         self.chunk_size, self.reserve_ahead, self.ring_padding = chunk_size, reserve_ahead, ring_padding
         self.ring_blocks = math.ceil((chunk_size + window - 1) / self.block_size)
@@ -98,7 +98,7 @@ class RingSteps:
         status, message, address, count = self.executor.execute(
             len(rows), len(ids), a["input_ids"], a["position_ids"], a["cu"], a["past"], a["block_table"], columns,
             a["metadata"], a["logits_indices"], a["windowed"])
-        assert status == onnx_executor.STATUS_OK, message
+        assert status == executors.STATUS_OK, message
         assert address == self.executor.logits.ctypes.data
         return self.executor.logits[:count].copy()
 
@@ -228,7 +228,7 @@ def test_a_full_layer_model_and_a_whole_model_window_are_unchanged(tmp_path):
     assert "sliding_window" not in config["model"]["decoder"]
     assert "block_table_windowed" not in config["model"]["decoder"]["inputs"]
     assert "chunk_size" not in config["search"]
-    decoder = onnx_executor.load_decoder(decoder_names(out))
+    decoder = executors.load_decoder(decoder_names(out))
     assert not decoder.windowed_block_table and not decoder.ring_layers
     executor = decoder.open_engine({"block_size": BLOCK, "num_blocks": 8, "max_batch_size": 2,
                                     "max_scheduled_tokens": 16, "max_block_table_columns": 8, "vocab_size": 97,
@@ -261,7 +261,7 @@ def test_a_ring_layer_is_windowed_and_a_full_layer_is_not():
 
 def test_the_executor_needs_window_blocks_and_a_windowed_table(ring_dirs):
     model_dir, spec, chunk = ring_dirs["ring02", "fused"]
-    decoder = onnx_executor.load_decoder(decoder_names(model_dir))
+    decoder = executors.load_decoder(decoder_names(model_dir))
     assert decoder.windowed_block_table and decoder.ring_layers == {0, 2}
     layer_bytes = BLOCK * spec.num_kv_heads * spec.head_dim * 4 * 2
     assert decoder.bytes_per_block == layer_bytes * 1                # the full layers only (E.4)
@@ -285,7 +285,7 @@ def test_the_executor_needs_window_blocks_and_a_windowed_table(ring_dirs):
     status, message, _, _ = runner.executor.execute(1, 1, ids.ctypes.data, ids.ctypes.data, small.ctypes.data,
                                                     small.ctypes.data, table.ctypes.data, 1, small.ctypes.data,
                                                     small.ctypes.data, 0)
-    assert status == onnx_executor.STATUS_FATAL and "block_table_windowed" in message
+    assert status == executors.STATUS_FATAL and "block_table_windowed" in message
 
 
 def _edited_copy(model_dir, dest, edit_model=None, edit_config=None):
@@ -310,26 +310,26 @@ def test_load_errors_name_the_windowed_table_and_the_ring_layers(ring_dirs, tmp_
             onnx.TensorProto.INT64
 
     bad = _edited_copy(model_dir, tmp_path / "dtype", edit_model=int64_table)
-    with pytest.raises(onnx_executor.ModelLoadError,
+    with pytest.raises(executors.ModelLoadError,
                        match=r"model\.onnx: tensor 'block_table_windowed' has type tensor\(int64\); "
                              r"expected tensor\(int32\)"):
-        onnx_executor.load_decoder(decoder_names(bad))
+        executors.load_decoder(decoder_names(bad))
 
     def no_window(config):
         del config["model"]["decoder"]["sliding_window"]
 
     bad = _edited_copy(model_dir, tmp_path / "nowindow", edit_config=no_window)
-    with pytest.raises(onnx_executor.ModelLoadError,
+    with pytest.raises(executors.ModelLoadError,
                        match=r"the graph takes 'block_table_windowed' .*"
                              r"model\.decoder\.sliding_window names no layers"):
-        onnx_executor.load_decoder(decoder_names(bad))
+        executors.load_decoder(decoder_names(bad))
 
     def every_layer(config):
         config["model"]["decoder"]["sliding_window"]["layers"] = [0, 1, 2]
 
     bad = _edited_copy(model_dir, tmp_path / "every", edit_config=every_layer)
-    with pytest.raises(onnx_executor.ModelLoadError, match="at least one layer that keeps the whole sequence"):
-        onnx_executor.load_decoder(decoder_names(bad))
+    with pytest.raises(executors.ModelLoadError, match="at least one layer that keeps the whole sequence"):
+        executors.load_decoder(decoder_names(bad))
 
 
 # --------------------------------------------------------------------------------------------

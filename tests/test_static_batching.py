@@ -5,7 +5,8 @@ cache binding."""
 import numpy as np
 
 import oga as og
-from oga import onnx_executor, testing
+from oga import executor as executors
+from oga import testing
 from static_models import smollm2_static_dir, tiny_llama_static_dir  # noqa: F401  (fixtures)
 
 CHAT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407, 19712, 8182, 2,
@@ -56,9 +57,9 @@ def test_smollm2_static_build_answers_the_chat_prompt(smollm2_static_dir):
 
 def test_static_caches_are_bound_in_place(tiny_llama_static_dir, monkeypatch):
     monkeypatch.setenv("OGA_EXECUTOR", "python")  # inspects the Python executor
-    before = set(map(id, onnx_executor.OnnxEngineExecutor.live))
+    before = set(map(id, executors.OnnxEngineExecutor.live))
     engine = og.Engine(og.Model(tiny_llama_static_dir))
-    [executor] = [e for e in onnx_executor.OnnxEngineExecutor.live if id(e) not in before]
+    [executor] = [e for e in executors.OnnxEngineExecutor.live if id(e) not in before]
     addresses = [cache.ctypes.data for _, _, cache in executor.caches]
     assert not any(cache.any() for _, _, cache in executor.caches)
     _run(engine, [[504, 3575, 282], [42]], 4)
@@ -82,9 +83,9 @@ def test_failed_prefill_and_decode_steps_are_retried(tiny_llama_static_dir, monk
     model = og.Model(tiny_llama_static_dir)
     prompts = [[504, 3575, 282], [42, 43]]
     expected, _ = _run(og.Engine(model), prompts, 5)
-    before = set(map(id, onnx_executor.OnnxEngineExecutor.live))
+    before = set(map(id, executors.OnnxEngineExecutor.live))
     engine = og.Engine(model)
-    [executor] = [e for e in onnx_executor.OnnxEngineExecutor.live if id(e) not in before]
+    [executor] = [e for e in executors.OnnxEngineExecutor.live if id(e) not in before]
     session = executor.session
     failures = {1, 3}  # the prefill, then the second decode
     calls = []

@@ -1349,7 +1349,7 @@ RING_XFAIL_RANGE = (
 RING_XFAIL_ALL_WINDOWED = (
     "0.18: og.Model succeeds, the Engine raises 'A paged model needs at least one layer that keeps the "
     "whole sequence.'; oga: og.Model raises '<dir>/model.onnx: every paged layer is a sliding-window ring"
-    " layer; a paged model needs at least one layer that keeps the whole sequence.' (oga/onnx_executor.py"
+    " layer; a paged model needs at least one layer that keeps the whole sequence.' (oga/executors.py"
     ' _validate_window)')
 RING_XFAIL_WINDOW_ZERO = (
     "0.18: og.Model succeeds, the Engine raises 'Sliding-window size must be greater than zero.'; oga: "

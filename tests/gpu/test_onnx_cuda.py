@@ -17,7 +17,7 @@ import pytest
 
 import oga.cuda_kernels as ck
 from oga import device as devices
-from oga import onnx_executor
+from oga import executor as executors
 
 
 def _unavailable():
@@ -103,9 +103,9 @@ def run(model_dir, record=None, policy=None):
     import oga as og
     from oga import testing
 
-    before = set(map(id, onnx_executor.OnnxEngineExecutor.live))
+    before = set(map(id, executors.OnnxEngineExecutor.live))
     engine = og.Engine(og.Model(model_dir))
-    [executor] = [e for e in onnx_executor.OnnxEngineExecutor.live if id(e) not in before]
+    [executor] = [e for e in executors.OnnxEngineExecutor.live if id(e) not in before]
     if record is not None:
         executor.session = record(executor.session)
     requests = []
@@ -166,7 +166,7 @@ def assert_selected_on_the_device(streams, counters):
 
 def test_paged_attention_decoder_on_cuda_agrees_with_the_reference(models):
     got, executor, counters = run(models["cuda"])
-    assert type(executor) is onnx_executor.DeviceOnnxEngineExecutor
+    assert type(executor) is executors.DeviceOnnxEngineExecutor
     assert executor.ort_device[0] == "cuda" and executor.decoder.providers[0] == "CUDAExecutionProvider"
     assert not executor.cuda_graph
     assert executor.logits_on_device == 1
@@ -202,7 +202,7 @@ def test_a_hybrid_decoder_runs_on_the_device_path(models):
     """The fixed-state pool in device memory (banks, gathers through the kernels) under a hybrid
     decoder on CUDA: greedy streams follow the reference, selected on the device."""
     got, executor, counters = run(models["hybrid"])
-    assert type(executor) is onnx_executor.DeviceOnnxEngineExecutor
+    assert type(executor) is executors.DeviceOnnxEngineExecutor
     assert executor.decoder.providers[0] == "CUDAExecutionProvider"
     assert counters["fixed_state_direct_steps"] + counters["fixed_state_fallback_steps"] > 0
     assert_agrees(got, spec=_hybrid_spec())

@@ -3,7 +3,7 @@ validated decoder.
 
 The native executor (native_executor/, built as oga/_native_executor*.so) runs a decoder through
 ONNX Runtime's C API, so a step never takes the GIL: Engine.run releases it around the core call,
-whereas the Python executor (oga/onnx_executor.py) takes it back in every callback. It is the
+whereas the Python executor (host.py, device_path.py, static.py) takes it back in every callback. It is the
 default: OGA_EXECUTOR=python selects the Python executor instead (OGA_EXECUTOR=native, or unset,
 the native one).
 
@@ -12,9 +12,9 @@ What runs natively: every decoder whose session runs on the CPU execution provid
 their sliding-window ring layers and fixed decoder state, and static-batching decoders. Decoders on
 a device (the CUDA execution provider, or the CPU test path of oga.testing.device_path) and decoders
 whose config passes CPU provider options stay on the Python executor; why is logged at debug level
-(logger "oga.native_executor") and recorded in `selections`.
+(logger "oga.executor.native") and recorded in `selections`.
 
-Loading (onnx_executor.OnnxDecoder): `open_session` creates the decoder's session natively; the
+Loading (decoder.OnnxDecoder): `open_session` creates the decoder's session natively; the
 decoder validates the graph against it (NativeSession offers the metadata interface of
 onnxruntime.InferenceSession, so the checks and messages are the Python executor's); `attach` then
 hands the resolved names and geometry to the native library, which fills the executor table and
@@ -43,7 +43,7 @@ from oga.extensions import extension_path
 ENV = "OGA_EXECUTOR"
 LIBRARY_ENV = "OGA_ONNXRUNTIME_LIBRARY"
 
-_log = logging.getLogger("oga.native_executor")
+_log = logging.getLogger("oga.executor.native")
 
 # ONNX element types of the tensors the executor binds
 _ELEMENT_TYPES = {np.dtype(np.float32): 1, np.dtype(np.float16): 10, np.dtype(np.int32): 6, np.dtype(np.int64): 7}
@@ -199,7 +199,7 @@ def library():
             if getattr(lib, name)() != ctypes.sizeof(mirror):
                 raise NativeExecutorUnavailable(
                     f"{path} was built with another {mirror.__name__} layout ({getattr(lib, name)()} bytes, "
-                    f"oga/native_executor.py has {ctypes.sizeof(mirror)}): rebuild oga")
+                    f"oga/executor/native.py has {ctypes.sizeof(mirror)}): rebuild oga")
         _library = lib
     return _library
 
@@ -260,7 +260,7 @@ class NativeSession:
     it to the executor table (then the model releases it); `close` frees it before that."""
 
     def __init__(self, path, session_config):
-        from . import ortops
+        from .. import ortops
 
         lib = library()
         keep = [os.fsencode(path)]
@@ -416,7 +416,7 @@ def _spec(decoder):
 
 
 def attach(decoder, executor_address) -> bool:
-    """Called by the model loader with a validated onnx_executor.OnnxDecoder and the address of the
+    """Called by the model loader with a validated decoder.OnnxDecoder and the address of the
     OgaExtModelExecutor it filled from it. When the decoder's session is native, the native library
     takes it and fills the table's callbacks, model_data and fixed-state row sizes, and True is
     returned; otherwise the table is left alone (False)."""

@@ -1,78 +1,47 @@
-"""The ONNX Runtime model executor: runs a paged decoder for the engine core.
+"""A decoder's ONNX Runtime session and its validation: the model-level half of the executor.
 
-The core hands every step over as packed buffers it owns (see OgaExtStepInputs in
-include/oga/oga_ext.h). On the host path (CPU provider) this module binds those buffers to the
-session by address through IOBinding, so nothing is copied on the way in; the KV caches are allocated once per engine,
-zeroed, and bound as both the cache input and the cache output of every layer, so ONNX Runtime
-updates them in place (the graph must produce each present cache straight out of ScatterND). The
-logits land in a buffer allocated once at the configured row limit.
+OnnxDecoder opens the session for the decoder the core resolved (OgaExtDecoderNames: every tensor
+name, the state groups and the sizes, so nothing here reads genai_config.json), natively when the
+native executor runs it (oga/executor/native.py: one session, created by the native library, whose
+metadata is validated here), and checks the graph against the configuration: every named input and
+output, their types and ranks, the paged caches' geometry ([blocks, block_size, kv_heads, head
+width], one type), the logits, and the optional inputs the graph may declare (position_ids,
+attention_metadata, logits_indices, block_table_windowed). Errors are ModelLoadError naming the file,
+the tensor and what was expected. open_engine then returns the per-engine executor: host.py on the CPU
+provider, device_path.py on a device, static.py for static-batching decoders.
 
-Sliding-window ring layers: when the graph takes `block_table_windowed`, the layers named by
-model.decoder.sliding_window keep their KV in a ring; their caches are
-[window_blocks, block_size, kv_heads, head_size] (window_blocks from the engine geometry), bound
-the same way, and every step binds the engine's windowed block table next to the full one.
-
-Fixed decoder state (hybrid models, reference E.5): model.decoder.state_groups may list
-fixed_conv / fixed_recurrent groups beside the paged_kv group. The core resolves their bindings
-(OgaExtDecoderNames.fixed_states: names expanded from the templates, OGA's defaults when absent);
-OnnxDecoder validates every input/output pair against the graph (both present, one dtype, identical
-statically known per-row geometry, a dynamic batch axis 0) and exposes them as `fixed_states`
-(FixedStateTensor, in group then layer order). The engine owns the
-state memory: OnnxEngineExecutor.execute takes `fixed_state`, one (input address, output address)
-pair per fixed tensor, each [num_rows, *row_shape] contiguous, and binds them by address.
+Fixed decoder state (hybrid models; the seed's "Fixed request-state pools"): the core resolves the
+fixed_conv / fixed_recurrent bindings of model.decoder.state_groups (names expanded from the
+templates, OGA's defaults when absent); every input/output pair is validated here (both present, one
+dtype, identical statically known per-row geometry, a dynamic batch axis 0) and exposed as
+`fixed_states` (FixedStateTensor, in group then layer order). The engine owns the state memory.
 
 Per-token fixed state capture (draft verification): when only a prefix of a row's draft tokens is
 accepted, the engine must commit the state after the last accepted token, not the one after the
 row's last packed token. oga's convention: a decoder may give every fixed state output X a
 companion output named X + ".per_token" (e.g. present.0.conv_state.per_token) of X's dtype and
-shape [num_tokens, *row_shape], row i holding the state of token i's row after token i. OnnxDecoder
-accepts it only for every fixed tensor or none (ModelLoadError otherwise), records the name as
-FixedStateTensor.capture_name and sets `fixed_state_capture`; execute's `fixed_state` entries are
-then (input, output, capture) address triples, the capture [num_tokens, *row_shape] contiguous
-memory overlapping neither the input nor the output.
+shape [num_tokens, *row_shape], row i holding the state of token i's row after token i. It is
+accepted only for every fixed tensor or none (ModelLoadError otherwise), recorded as
+FixedStateTensor.capture_name, and sets `fixed_state_capture`.
 
-Devices (oga/device.py). The host path above runs whenever the session runs on the CPU provider.
-When ONNX Runtime puts the session on CUDAExecutionProvider, OnnxDecoder opens
-`oga.device.CudaDevice(device_id)` before creating the session and passes the device's stream as the
-provider's `user_compute_stream`, so ONNX Runtime's kernels and the executor's copies share one
-stream; open_engine then returns a DeviceOnnxEngineExecutor: paged and ring caches allocated on the
-device once and zero-filled, bound as past and present as on the host path; one device buffer
-holding every packed input at its configured limit, filled each step from one pinned staging buffer
-with at most one upload per input, and bound at addresses that never change; the logits in a device
-buffer at the row limit, handed to the engine as device logits (OgaExtStepOutputs.logits_on_device):
-the decoder's `device_ops` (oga.device_ops.DeviceOps over the same device and stream, the core's
-OgaExtDeviceOps) select tokens there with the sampling kernels and read back only the rows the
-engine selects on the host (without device ops the executor copies the rows back itself). When the config's cuda provider options set enable_cuda_graph, the decoder
-declares OgaExtModelExecutor.cuda_graph and every step runs with the run option gpu_graph_id =
-OgaExtStepInputs.graph_id (-1: eager). Fixed state stays engine-owned, in device memory the core
-allocates and copies through those device ops; its addresses are bound with the device's ONNX
-Runtime device type. Device out-of-memory at open_engine is a capacity failure
-(MemoryError); ONNX Runtime's CUDA out-of-memory texts during a run are classified as capacity too.
-Tests run the same device path on the CPU provider with oga.device.HostDevice
-(oga.testing.device_path, through set_cpu_device_factory).
-
-The Cython trampolines in _core.pyx call `load_decoder` (at OgaCreateModel) and the methods of
-`OnnxDecoder` / `OnnxEngineExecutor` (at engine creation, at every step, and `close` at engine
-close).
+Devices (oga/device.py): when ONNX Runtime puts the session on CUDAExecutionProvider, the decoder
+opens `oga.device.CudaDevice(device_id)` before creating the session and passes the device's stream
+as the provider's `user_compute_stream`, so ONNX Runtime's kernels and the executor's copies share
+one stream, and hands the core its `device_ops` (oga.device_ops.DeviceOps over that device). When the
+config's cuda provider options set enable_cuda_graph, the decoder declares
+OgaExtModelExecutor.cuda_graph. Tests run the device path on the CPU provider with
+oga.device.HostDevice (oga.testing.device_path, through set_cpu_device_factory).
 """
-import ctypes
 import dataclasses
 import os
-import time
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
-from .device import ALIGNMENT
-
-# OgaExtExecutionStatus
-STATUS_OK = 0
-STATUS_CAPACITY_EXCEEDED = 2
-STATUS_FATAL = 3
-# OgaExtLogitsType
-LOGITS_FLOAT32 = 0
-LOGITS_FLOAT16 = 1
+from .contract import CAPTURE_SUFFIX, ModelLoadError
+from .device_path import DeviceOnnxEngineExecutor
+from .host import OnnxEngineExecutor
+from .static import StaticOnnxEngineExecutor
 
 _ORT_TYPES = {
     "tensor(float)": np.float32,
@@ -81,22 +50,6 @@ _ORT_TYPES = {
     "tensor(int64)": np.int64,
 }
 _CACHE_TYPES = ("tensor(float)", "tensor(float16)")
-# Fragments of ONNX Runtime's allocation failures: the step is rolled back and the engine stays
-# healthy (ExecutionCapacityExceeded); every other failure is fatal.
-# "out of memory" covers the CUDA provider's "CUDA failure 2: out of memory", "failed to allocate
-# memory" its BFC arena's "Failed to allocate memory for requested buffer of size N"; cuBLAS and
-# cuDNN report their own workspace failures.
-_OUT_OF_MEMORY_MARKERS = ("bad_alloc", "failed to allocate memory", "out of memory", "cudaerrormemoryallocation",
-                          "cuda_error_out_of_memory", "cublas_status_alloc_failed", "cudnn_status_alloc_failed")
-
-
-class ModelLoadError(RuntimeError):
-    pass
-
-
-# fixed state output X -> X + CAPTURE_SUFFIX: its per-token capture output (see the module docstring)
-CAPTURE_SUFFIX = ".per_token"
-
 @dataclass(frozen=True)
 class FixedStateTensor:
     """One validated fixed-state binding: per request row, `row_shape` elements of `dtype`."""
@@ -109,17 +62,6 @@ class FixedStateTensor:
     row_bytes: int            # bytes of one row
     capture_name: str | None = None   # graph output of the state after every packed token
                                       # ([num_tokens, *row_shape]), None when the decoder has none
-
-
-def classify_failure(error):
-    """Maps an ONNX Runtime exception to an OgaExtExecutionStatus. Only Exceptions are classified:
-    a BaseException that is not one (KeyboardInterrupt from a signal handler, SystemExit) is left to
-    propagate out of the executor to the _core.pyx trampoline, which reports the step Interrupted
-    (rolled back, the engine healthy) and has Engine.run raise it once the core returns."""
-    text = str(error).lower()
-    if isinstance(error, MemoryError) or any(marker in text for marker in _OUT_OF_MEMORY_MARKERS):
-        return STATUS_CAPACITY_EXCEEDED
-    return STATUS_FATAL
 
 
 def _provider_list(session_options_config):
@@ -169,8 +111,8 @@ def _open_cuda_device(path, device_id):
     """oga.device.CudaDevice(device_id), or a ModelLoadError that says why it cannot be opened. A
     device whose kernels cannot be loaded (no built binary and no NVRTC) still runs the model: the
     engine then selects tokens on the host from logits rows read back (RuntimeWarning)."""
-    from . import device as device_module
-    from .cuda_kernels import CudaUnavailable
+    from .. import device as device_module
+    from ..cuda_kernels import CudaUnavailable
 
     try:
         try:
@@ -194,7 +136,7 @@ def cuda_unavailable_reason(ort):
         return ("this onnxruntime package has no CUDAExecutionProvider (install oga's gpu extra, which brings "
                 "onnxruntime-gpu; see the README's Set-up)")
     try:
-        from . import cuda_kernels
+        from .. import cuda_kernels
     except ImportError:
         return ""
     available, reason = cuda_kernels.cuda_status()
@@ -205,7 +147,7 @@ class OnnxDecoder:
     """Model-level state: the session and the validated graph signature."""
 
     def __init__(self, names, executor=None):
-        """`executor`: "native" or "python" as the model loader selected it (native_executor.requested);
+        """`executor`: "native" or "python" as the model loader selected it (native.requested);
         None (tests driving this executor directly): a Python session, recorded nowhere."""
         import onnxruntime as ort
 
@@ -215,7 +157,7 @@ class OnnxDecoder:
             raise ModelLoadError(f"The decoder file {self.path} does not exist (model.decoder.filename).")
         options = ort.SessionOptions()
         # oga's own operators (the fused CPU graphs' paged attention), on every session
-        from . import ortops
+        from .. import ortops
         ortops.register(options)
         # ONNX Runtime's intra-op threads spin-wait after a run by default, holding the cores the
         # engine's token selection (RowWorkers) needs right then; they still spin inside a run.
@@ -246,17 +188,17 @@ class OnnxDecoder:
             raise
 
     def _native_session(self, session_config, chosen, executor):
-        """The decoder's session created by the native executor (oga/native_executor.py), or None
+        """The decoder's session created by the native executor (native.py), or None
         when the Python executor runs it (the reason recorded there)."""
         if executor is None:
             return None
-        from . import native_executor
+        from . import native
 
         fixed_groups = bool(self.names["fixed_states"])
         device_path = self.device is not None or _cpu_device_factory is not None
-        reason = native_executor.python_session_reason(executor, not self.names["block_size"], fixed_groups, chosen,
+        reason = native.python_session_reason(executor, not self.names["block_size"], fixed_groups, chosen,
                                                        device_path)
-        return native_executor.open_session(self.path, session_config, reason)
+        return native.open_session(self.path, session_config, reason)
 
     def _open(self, ort, options, session_config, chosen, wants_cuda, cuda_reason, executor):
         if chosen and chosen[0][0] == "CUDAExecutionProvider":
@@ -312,7 +254,7 @@ class OnnxDecoder:
         # pool's memory, the read-back of logits rows and batched sampling on the device's stream
         # (the one the session runs on), and the device's free memory for sizing the KV cache.
         if self.device is not None:
-            from .device_ops import DeviceOps
+            from ..device_ops import DeviceOps
 
             self.device_ops = DeviceOps(self.device)
 
@@ -670,468 +612,7 @@ class OnnxDecoder:
         return OnnxEngineExecutor(self, geometry)
 
 
-class OnnxEngineExecutor:
-    """Per-engine state: caches, the IOBinding and the logits buffer, all allocated once. The host
-    path: caches and logits in host memory, the engine's packed buffers bound where they are."""
-
-    # Every open executor, for tests and diagnostics (the engine owns them; this does not).
-    live = weakref.WeakSet()
-    # ONNX Runtime's (device type, device id) of the memory bound to the session.
-    ort_device = ("cpu", 0)
-    # OgaExtStepOutputs.logits_on_device: the host path's logits are host memory.
-    logits_on_device = 0
-
-    def __init__(self, decoder, geometry):
-        n = decoder.names
-        self.windowed = decoder.windowed_block_table
-        if self.windowed and not (geometry.get("window_blocks") and geometry.get("window_ring_blocks")):
-            raise RuntimeError(
-                f"{decoder.path}: the decoder keeps its sliding-window layers {sorted(decoder.ring_layers)} in a ring "
-                f"of blocks ('{n['block_table_windowed']}'), but the engine allocated no window blocks "
-                f"(window_blocks {geometry.get('window_blocks', 0)}, window_ring_blocks "
-                f"{geometry.get('window_ring_blocks', 0)}); the ring needs dynamic batching with "
-                "search.chunk_size > 0.")
-        OnnxEngineExecutor.live.add(self)
-        self.decoder = decoder
-        self.session = decoder.session
-        self.binding = self.session.io_binding()
-        # (address, shape) bound to each name, so an input whose buffer and shape did not change
-        # since the previous step is not rebound.
-        self._bound = {}
-        self.vocab = n["vocab_size"]
-        self.names = n
-        # the decoder's FixedStateTensor list (empty without fixed state); execute binds them
-        self.fixed_states = decoder.fixed_states
-        # whether execute also binds each fixed tensor's per-token capture (draft verification)
-        self.fixed_state_capture = decoder.fixed_state_capture
-        # Wall time inside session.run, so benchmarks can separate engine overhead from the model.
-        self.session_run_ns = 0
-        shape = (geometry["num_blocks"],) + tuple(decoder.cache_geometry)
-        ring_shape = (geometry.get("window_blocks", 0),) + tuple(decoder.cache_geometry)
-        self.caches = []
-        # {(layer id, "key" | "value"): cache}: every paged layer's cache (the same objects as
-        # self.caches: arrays here, device addresses on the device path); a sliding-window ring
-        # layer's holds window_blocks blocks
-        self.layer_caches = {}
-        for layer, past_k, past_v, present_k, present_v in zip(
-                n["paged_layer_ids"], n["past_key_names"], n["past_value_names"], n["present_key_names"],
-                n["present_value_names"]):
-            ring = layer in decoder.ring_layers
-            for kind, past, present in (("key", past_k, present_k), ("value", past_v, present_v)):
-                cache_shape = ring_shape if ring else shape
-                cache, address = self._new_cache(cache_shape, decoder.cache_dtype)
-                self.layer_caches[(layer, kind)] = cache
-                self.caches.append(cache)
-                self._bind_input(past, decoder.cache_dtype, cache_shape, address)
-                self._bind_output(present, decoder.cache_dtype, cache_shape, address)
-        rows = geometry["max_scheduled_tokens"] if decoder.per_token_logits else geometry["max_batch_size"]
-        self._new_logits(rows, decoder.logits_dtype)
-        self.logits_type = LOGITS_FLOAT16 if decoder.logits_dtype == np.float16 else LOGITS_FLOAT32
-
-    def _new_cache(self, shape, dtype):
-        """A zeroed cache: (the object kept in self.caches, its address)."""
-        cache = np.zeros(shape, dtype=dtype)
-        return cache, cache.ctypes.data
-
-    def _new_logits(self, rows, dtype):
-        self.logits = np.zeros((rows, self.vocab), dtype=dtype)
-
-    def close(self):
-        """Called when the engine closes (close_engine): host memory goes with this object."""
-
-    def _bind_input(self, name, dtype, shape, address, device=None):
-        key = (address, shape)
-        if self._bound.get(name) != key:
-            device_type, device_id = device or self.ort_device
-            self.binding.bind_input(name, device_type, device_id, dtype, shape, address)
-            self._bound[name] = key
-
-    def _bind_output(self, name, dtype, shape, address):
-        key = ("output", address, shape)
-        if self._bound.get(name) != key:
-            device_type, device_id = self.ort_device
-            self.binding.bind_output(name, device_type, device_id, dtype, shape, address)
-            self._bound[name] = key
-
-    def _bind_fixed_state(self, num_rows, num_tokens, fixed_state):
-        """Binds each fixed tensor's (input, output[, capture]) addresses for `num_rows` rows and
-        `num_tokens` packed tokens; returns an error message or ""."""
-        tensors = self.decoder.fixed_states
-        if not tensors:
-            if fixed_state:
-                return "the step passes fixed_state, but the decoder has no fixed state tensors"
-            return ""
-        capture = self.decoder.fixed_state_capture
-        what = "(input, output, capture) address triples" if capture else "(input, output) address pairs"
-        if fixed_state is None or len(fixed_state) != len(tensors):
-            return (f"the decoder has {len(tensors)} fixed state tensors "
-                    f"({', '.join(t.input_name for t in tensors)}), but the step passes "
-                    f"{0 if fixed_state is None else len(fixed_state)} {what}")
-        for tensor, entry in zip(tensors, fixed_state):
-            try:
-                addresses = tuple(int(a) for a in entry)
-            except (TypeError, ValueError):
-                addresses = ()
-            if len(addresses) not in (2, 3):
-                return (f"fixed state '{tensor.input_name}': expected an (input address, output address) pair "
-                        "or an (input, output, capture) triple")
-            source, target = addresses[:2]
-            snapshot = addresses[2] if len(addresses) == 3 else 0
-            if not source or not target:
-                return f"fixed state '{tensor.input_name}': a null address"
-            if capture and not snapshot:
-                return (f"fixed state '{tensor.input_name}': the decoder writes every packed token's state to "
-                        f"'{tensor.capture_name}', but the step passes no capture address")
-            if snapshot and not capture:
-                return (f"fixed state '{tensor.input_name}': the step passes a capture address, but the decoder "
-                        f"has no per-token state output ('{tensor.output_name}{CAPTURE_SUFFIX}')")
-            size = num_rows * tensor.row_bytes
-            if source < target + size and target < source + size:
-                return (f"fixed state '{tensor.input_name}': the output '{tensor.output_name}' overlaps the input "
-                        "(a step must not write over the state it reads)")
-            if capture:
-                captured = num_tokens * tensor.row_bytes
-                for name, address in ((tensor.input_name, source), (tensor.output_name, target)):
-                    # the input is still being read while captures are written, and two outputs
-                    # sharing memory would leave either one's rows undefined
-                    if snapshot < address + size and address < snapshot + captured:
-                        return (f"fixed state '{tensor.input_name}': the capture '{tensor.capture_name}' overlaps "
-                                f"'{name}'")
-            # The engine owns this memory (on the executor's device through OgaExtDeviceOps when
-            # the session runs on one): bound where it is, with the device's ONNX Runtime type.
-            shape = (num_rows,) + tensor.row_shape
-            self._bind_input(tensor.input_name, tensor.dtype, shape, source)
-            self._bind_output(tensor.output_name, tensor.dtype, shape, target)
-            if capture:
-                # one row per packed token: rebound whenever the address or the token count changes
-                self._bind_output(tensor.capture_name, tensor.dtype, (num_tokens,) + tensor.row_shape, snapshot)
-        return ""
-
-    def execute(self, num_rows, num_tokens, input_ids, position_ids, cumulative, past, block_table, columns,
-                attention_metadata, logits_indices, block_table_windowed=0, fixed_state=None, graph_id=-1):
-        """Binds this step's packed buffers (addresses owned by the engine) and runs the session.
-        `fixed_state`: for a decoder with fixed state tensors, one (input address, output address)
-        pair per entry of decoder.fixed_states, in that order, each [num_rows, *row_shape]
-        contiguous memory of the tensor's dtype, row r being packed row r; the input and output
-        must not overlap. When decoder.fixed_state_capture, each entry is an (input, output,
-        capture) triple instead, the capture [num_tokens, *row_shape] memory (row t = the state
-        after packed token t) overlapping neither; otherwise a third address, if given, must be 0.
-        `graph_id` (OgaExtStepInputs.graph_id) is always -1 here: the host path does not declare
-        cuda_graph. Returns (status, message, logits address, rows)."""
-        n = self.names
-        bind = self._bind_input
-        error = self._bind_fixed_state(num_rows, num_tokens, fixed_state)
-        if error:
-            return STATUS_FATAL, error, 0, 0
-        bind(n["input_ids"], np.int64, (num_tokens,), input_ids)
-        bind(n["cumulative_sequence_lengths"], np.int32, (num_rows + 1,), cumulative)
-        bind(n["past_sequence_lengths"], np.int32, (num_rows,), past)
-        bind(n["block_table"], np.int32, (num_rows, columns), block_table)
-        if self.windowed:
-            if not block_table_windowed:
-                return STATUS_FATAL, (f"the decoder keeps sliding-window layers in a ring, but the step has no "
-                                      f"'{n['block_table_windowed']}'"), 0, 0
-            bind(n["block_table_windowed"], np.int32, (num_rows, columns), block_table_windowed)
-        if self.decoder.has_position_ids:
-            bind(n["position_ids"], np.int64, (num_tokens,), position_ids)
-        if self.decoder.has_attention_metadata:
-            bind(n["attention_metadata"], np.int32, (3,), attention_metadata)
-        if self.decoder.has_logits_indices:
-            bind(n["logits_indices"], np.int32, (num_rows,), logits_indices)
-        rows = num_tokens if self.decoder.per_token_logits else num_rows
-        self._bind_output(n["logits"], self.logits.dtype, (rows, self.vocab), self.logits.ctypes.data)
-        start = time.perf_counter_ns()
-        try:
-            self.session.run_with_iobinding(self.binding)
-        except Exception as error:  # ONNX Runtime raises its own exception types
-            return classify_failure(error), f"{type(error).__name__}: {error}", 0, 0
-        finally:
-            self.session_run_ns += time.perf_counter_ns() - start
-        return STATUS_OK, "", self.logits.ctypes.data, rows
-
-
-# Bytes of unused capacity between two staged inputs that one upload may carry along instead of
-# starting a second copy: a copy call costs roughly what moving 64 KiB over PCIe does.
-UPLOAD_MERGE_GAP = 64 * 1024
-
-
-def _aligned(size):
-    return (size + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
-
-
-class DeviceOnnxEngineExecutor(OnnxEngineExecutor):
-    """The device path (a session on CUDAExecutionProvider, or the CPU test path with HostDevice):
-    caches, packed inputs and logits in memory of `decoder.device`, allocated once here and never
-    moved, so a captured CUDA graph can replay over them.
-
-    Every step packs the engine's host arrays into one host staging buffer (pinned on CUDA) laid out
-    like the device input buffer, each input at a fixed offset sized for its configured limit, and
-    uploads the used part with at most one copy per input (neighbours merged into one copy when the
-    capacity between them is small). Inputs are bound as views of the device buffer, rebound only
-    when a shape changes. attention_metadata stays in the staging buffer and is bound as CPU memory:
-    PagedAttention's CUDA kernel declares it a CPU input (seed: "a CPU int32[3] attention metadata
-    input"), and a graph reads it only while it is captured. The logits land in a device buffer at
-    the row limit; see `logits_on_device` for how they reach the engine."""
-
-    def __init__(self, decoder, geometry):
-        self.device = decoder.device
-        self.ort_device = (self.device.ort_device_type, int(self.device.device_id))
-        self._allocations = []  # device addresses this executor owns, released by close()
-        self.cuda_graph = decoder.cuda_graph
-        self._run_options = {}  # graph id -> RunOptions carrying gpu_graph_id
-        self._graphs_seen = set()  # graph ids that ran once (eagerly, see _run_options_for)
-        # OgaExtStepOutputs.logits_on_device. 1 (the decoder hands the core its DeviceOps): execute
-        # returns the device address and copies nothing; the engine samples on the device and reads
-        # back only the rows it selects on the host. 0: each step's logits rows are copied back into
-        # a pinned host buffer with one device-to-host copy.
-        self.logits_on_device = 1 if decoder.device_ops is not None else 0
-        try:
-            super().__init__(decoder, geometry)
-            self._allocate_inputs(decoder, geometry)
-            if decoder.device_ops is not None:
-                # The sampler's staging and scratch at the step limits, so no step allocates.
-                rows = geometry["max_batch_size"]
-                decoder.device_ops.reserve(rows, self.vocab, row_stride=self.vocab,
-                                           logits_itemsize=self.logits.itemsize, max_copies=rows)
-            self.device.synchronize()  # the caches' zero fill is complete before the first run
-        except BaseException:
-            self.close()
-            raise
-
-    def _allocate(self, nbytes):
-        address = self.device.allocate(nbytes)
-        self._allocations.append(address)
-        return address
-
-    def _new_cache(self, shape, dtype):
-        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-        address = self._allocate(nbytes)
-        self.device.fill_zero(address, nbytes)
-        return address, address
-
-    def _new_logits(self, rows, dtype):
-        nbytes = rows * self.vocab * np.dtype(dtype).itemsize
-        self.device_logits = self._allocate(nbytes)
-        if self.logits_on_device:
-            # Never written: the engine reads the device logits through the DeviceOps. An untouched
-            # np.empty (no pages committed) keeps the row limit and dtype; pinned memory here would
-            # lock rows x vocab x itemsize of host memory for nothing (max_scheduled_tokens rows on a
-            # per-token-logits decoder).
-            self.logits = np.empty((rows, self.vocab), dtype=dtype)
-        else:
-            # where a step's logits rows are copied back to (pinned on CUDA)
-            self.logits = self.device.host_buffer(nbytes).view(dtype).reshape(rows, self.vocab)
-
-    def _allocate_inputs(self, decoder, geometry):
-        """The device input buffer and the staging buffer: every packed input at its limit."""
-        n = self.names
-        rows, tokens = geometry["max_batch_size"], geometry["max_scheduled_tokens"]
-        table = rows * geometry["max_block_table_columns"]
-        # (graph input name, dtype, elements at the limit); the fixed-size row arrays first, the
-        # block tables last, so a step's used bytes sit mostly at the front of the buffer.
-        inputs = [(n["cumulative_sequence_lengths"], np.int32, rows + 1), (n["past_sequence_lengths"], np.int32, rows)]
-        if decoder.has_logits_indices:
-            inputs.append((n["logits_indices"], np.int32, rows))
-        inputs.append((n["input_ids"], np.int64, tokens))
-        if decoder.has_position_ids:
-            inputs.append((n["position_ids"], np.int64, tokens))
-        inputs.append((n["block_table"], np.int32, table))
-        if self.windowed:
-            inputs.append((n["block_table_windowed"], np.int32, table))
-        # name -> (offset, dtype, limit) in both buffers
-        self.input_slots = {}
-        offset = 0
-        for name, dtype, limit in inputs:
-            self.input_slots[name] = (offset, dtype, limit)
-            offset = _aligned(offset + limit * np.dtype(dtype).itemsize)
-        self.device_inputs = self._allocate(offset)
-        self.device_inputs_bytes = offset
-        self._metadata_offset = offset  # host only, past the uploaded region
-        self.staging = self.device.host_buffer(offset + _aligned(3 * 4))
-        self._staging_address = self.staging.ctypes.data
-
-    def close(self):
-        """Releases the device memory (at engine close, or when open_engine fails); idempotent."""
-        allocations, self._allocations = self._allocations, []
-        for address in allocations:
-            self.device.release(address)
-        self.caches = []
-        self.layer_caches = {}
-
-    def _stage(self, name, source, count):
-        """Copies `count` elements of the engine's array at `source` into the input's staging slot;
-        returns the slot's used byte range (the same offsets in the device buffer)."""
-        offset, dtype, limit = self.input_slots[name]
-        if count > limit:
-            raise ValueError(f"the step has {count} elements of '{name}', above the {limit} the executor "
-                             "allocated at open_engine")
-        nbytes = count * np.dtype(dtype).itemsize
-        ctypes.memmove(self._staging_address + offset, source, nbytes)
-        return offset, offset + nbytes
-
-    def _upload(self, ranges):
-        """One host-to-device copy per used range, neighbours closer than UPLOAD_MERGE_GAP merged."""
-        merged = []
-        for start, end in sorted(r for r in ranges if r[1] > r[0]):
-            if merged and start - merged[-1][1] <= UPLOAD_MERGE_GAP:
-                merged[-1][1] = max(merged[-1][1], end)
-            else:
-                merged.append([start, end])
-        for start, end in merged:
-            self.device.upload(self.device_inputs + start, self._staging_address + start, end - start)
-
-    def _run_options_for(self, graph_id):
-        """RunOptions with gpu_graph_id (-1: eager) when the executor declares cuda_graph, else None."""
-        if not self.cuda_graph:
-            return None
-        if graph_id >= 0 and graph_id not in self._graphs_seen:
-            # A graph id's first step runs eagerly. ONNX Runtime's CUDA provider captures after a
-            # count of ordinary runs that (in some versions) is kept per thread rather than per graph,
-            # so it may capture a new graph on its first run; a capture that has to grow the memory
-            # arena fails. The eager run leaves the arena holding that shape's activations.
-            self._graphs_seen.add(graph_id)
-            graph_id = -1
-        options = self._run_options.get(graph_id)
-        if options is None:
-            import onnxruntime as ort
-
-            options = ort.RunOptions()
-            options.add_run_config_entry("gpu_graph_id", str(int(graph_id)))
-            self._run_options[graph_id] = options
-        return options
-
-    def execute(self, num_rows, num_tokens, input_ids, position_ids, cumulative, past, block_table, columns,
-                attention_metadata, logits_indices, block_table_windowed=0, fixed_state=None, graph_id=-1):
-        """As OnnxEngineExecutor.execute; `graph_id` (OgaExtStepInputs.graph_id) becomes the run
-        option gpu_graph_id when the executor declares cuda_graph. The returned logits address is
-        host memory unless `logits_on_device`."""
-        n = self.names
-        error = self._bind_fixed_state(num_rows, num_tokens, fixed_state)
-        if error:
-            return STATUS_FATAL, error, 0, 0
-        if self.windowed and not block_table_windowed:
-            return STATUS_FATAL, (f"the decoder keeps sliding-window layers in a ring, but the step has no "
-                                  f"'{n['block_table_windowed']}'"), 0, 0
-        if graph_id >= 0 and not self.cuda_graph:
-            return STATUS_FATAL, (f"the step asks for CUDA graph {graph_id}, but the executor declares no "
-                                  "cuda_graph"), 0, 0
-        try:
-            step = [(n["input_ids"], input_ids, num_tokens, (num_tokens,)),
-                    (n["cumulative_sequence_lengths"], cumulative, num_rows + 1, (num_rows + 1,)),
-                    (n["past_sequence_lengths"], past, num_rows, (num_rows,)),
-                    (n["block_table"], block_table, num_rows * columns, (num_rows, columns))]
-            if self.windowed:
-                step.append((n["block_table_windowed"], block_table_windowed, num_rows * columns, (num_rows, columns)))
-            if self.decoder.has_position_ids:
-                step.append((n["position_ids"], position_ids, num_tokens, (num_tokens,)))
-            if self.decoder.has_logits_indices:
-                step.append((n["logits_indices"], logits_indices, num_rows, (num_rows,)))
-            ranges = []
-            for name, source, count, shape in step:
-                ranges.append(self._stage(name, source, count))
-                offset, dtype, _ = self.input_slots[name]
-                self._bind_input(name, dtype, shape, self.device_inputs + offset)
-            self._upload(ranges)
-            if self.decoder.has_attention_metadata:
-                metadata = self._staging_address + self._metadata_offset
-                ctypes.memmove(metadata, attention_metadata, 3 * 4)
-                self._bind_input(n["attention_metadata"], np.int32, (3,), metadata, device=("cpu", 0))
-            rows = num_tokens if self.decoder.per_token_logits else num_rows
-            if rows > self.logits.shape[0]:
-                raise ValueError(f"the step needs {rows} logits rows, above the {self.logits.shape[0]} allocated")
-            self._bind_output(n["logits"], self.logits.dtype, (rows, self.vocab), self.device_logits)
-            run_options = self._run_options_for(graph_id)
-        except Exception as error:
-            return classify_failure(error), f"{type(error).__name__}: {error}", 0, 0
-        # The uploads run on the session's stream, so they are ordered before the run's kernels. The
-        # next step refills the staging buffer only after this step's stream work is complete: the
-        # synchronize after the logits copy below (with logits on the device, the engine's read /
-        # sample, complete on return, on the same stream; after a failed run, the synchronize there).
-        start = time.perf_counter_ns()
-        try:
-            if run_options is None:
-                self.session.run_with_iobinding(self.binding)
-            else:
-                self.session.run_with_iobinding(self.binding, run_options)
-        except Exception as error:  # ONNX Runtime raises its own exception types
-            status, text = classify_failure(error), f"{type(error).__name__}: {error}"
-            try:
-                self.device.synchronize()
-            except Exception as sync_error:
-                text += f" (then synchronizing the device failed: {type(sync_error).__name__}: {sync_error})"
-                status = STATUS_FATAL
-            return status, text, 0, 0
-        finally:
-            self.session_run_ns += time.perf_counter_ns() - start
-        if self.logits_on_device:
-            return STATUS_OK, "", self.device_logits, rows
-        try:
-            self.device.download(self.logits.ctypes.data, self.device_logits, rows * self.vocab * self.logits.itemsize)
-            self.device.synchronize()
-        except Exception as error:
-            return classify_failure(error), f"{type(error).__name__}: {error}", 0, 0
-        return STATUS_OK, "", self.logits.ctypes.data, rows
-
-
 def load_decoder(names, executor=None):
     """Entry point of the model loader (OgaExtModelLoader): opens and validates the session
     (`executor`: see OnnxDecoder)."""
     return OnnxDecoder(names, executor)
-
-
-class StaticOnnxEngineExecutor:
-    """Per-engine state of the static path: per-layer caches [max_batch_size, kv_heads, max_length,
-    head_size] allocated once and zeroed, bound as both past and present (GroupQueryAttention then
-    updates them in place); a step uses the leading `batch_size` rows, which are contiguous."""
-
-    live = OnnxEngineExecutor.live
-
-    def __init__(self, decoder, geometry):
-        OnnxEngineExecutor.live.add(self)
-        self.decoder = decoder
-        self.session = decoder.session
-        self.binding = self.session.io_binding()
-        self.names = n = decoder.names
-        self.vocab = n["vocab_size"]
-        heads, head_size = decoder.cache_geometry
-        rows, length = geometry["max_batch_size"], geometry["max_sequence_length"]
-        self.caches = [(name, present, np.zeros((rows, heads, length, head_size), dtype=decoder.cache_dtype))
-                       for pasts, presents in ((n["past_key_names"], n["present_key_names"]),
-                                               (n["past_value_names"], n["present_value_names"]))
-                       for name, present in zip(pasts, presents)]
-        # Logits of every query position of a step (grown on demand: a prefill needs rows x prompt x
-        # vocab), and the one row per request the engine reads.
-        self.step_logits = np.empty(0, dtype=decoder.logits_dtype)
-        self.logits = np.zeros((rows, self.vocab), dtype=decoder.logits_dtype)
-        self.logits_type = LOGITS_FLOAT16 if decoder.logits_dtype == np.float16 else LOGITS_FLOAT32
-        self.session_run_ns = 0
-        self._bound_rows = None
-
-    def close(self):
-        """Called when the engine closes (close_engine): host memory goes with this object."""
-
-    def execute_static(self, batch_size, sequence_length, total_length, input_ids, attention_mask, positions):
-        n = self.names
-        if self._bound_rows != batch_size:
-            for past, present, cache in self.caches:
-                view = cache[:batch_size]
-                self.binding.bind_input(past, "cpu", 0, cache.dtype, view.shape, view.ctypes.data)
-                self.binding.bind_output(present, "cpu", 0, cache.dtype, view.shape, view.ctypes.data)
-            self._bound_rows = batch_size
-        self.binding.bind_input(n["input_ids"], "cpu", 0, np.int64, (batch_size, sequence_length), input_ids)
-        self.binding.bind_input(n["attention_mask"], "cpu", 0, np.int64, (batch_size, total_length), attention_mask)
-        needed = batch_size * sequence_length * self.vocab
-        if self.step_logits.size < needed:
-            self.step_logits = np.empty(needed, dtype=self.logits.dtype)
-        step_logits = self.step_logits[:needed].reshape(batch_size, sequence_length, self.vocab)
-        self.binding.bind_output(n["logits"], "cpu", 0, step_logits.dtype, step_logits.shape, step_logits.ctypes.data)
-        start = time.perf_counter_ns()
-        try:
-            self.session.run_with_iobinding(self.binding)
-        except Exception as error:
-            return classify_failure(error), f"{type(error).__name__}: {error}", 0, 0
-        finally:
-            self.session_run_ns += time.perf_counter_ns() - start
-        wanted = np.ctypeslib.as_array((ctypes.c_int32 * batch_size).from_address(positions))
-        self.logits[:batch_size] = step_logits[np.arange(batch_size), wanted]
-        return STATUS_OK, "", self.logits.ctypes.data, batch_size
