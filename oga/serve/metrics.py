@@ -1,4 +1,4 @@
-"""Prometheus metrics of one `oga serve` replica (GET /metrics, text format 0.0.4).
+"""Prometheus metrics of one `oga serve` replica (GET /metrics, Prometheus text format).
 
 Request and token figures are counted by the handlers as turns end; latency histograms are fed
 from the owner thread's event timestamps (time to first token from the request's arrival,
