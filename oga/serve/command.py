@@ -76,12 +76,27 @@ def default_model_settings(model_name=None, precision=None) -> dict:
     return {"model_dir": ensure_default_model(precision=precision), "model_name": model_name or DEFAULT_MODEL_NAME}
 
 
+def keep_ray_on_loopback():
+    """A local Ray instance behind a loopback server talks to itself over 127.0.0.1: Ray otherwise
+    addresses its own node by the machine's outward-facing IP. The switch is read when `ray` is
+    first imported, and Ray's child processes inherit it (it turns off multi-node clustering, which
+    a single local instance does not use)."""
+    import os
+    import sys
+
+    if "ray" in sys.modules:
+        raise RuntimeError("keep_ray_on_loopback() must run before ray is imported")
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+
+
 def run(args) -> int:
     """Runs `oga serve` with parsed arguments; raises oga.cli.CommandError for a bad set-up."""
     import os
 
     from oga.cli import CommandError
 
+    if args.replicas is not None and args.ray_address is None and args.host in ("127.0.0.1", "localhost"):
+        keep_ray_on_loopback()
     try:
         from .settings import ServeSettings
         if args.replicas is None:

@@ -91,37 +91,36 @@ def application_from_arguments(args: dict):
 
 def serve_replicas(settings: ServeSettings, replicas: int, host: str, port: int, *, num_cpus: float = 1.0,
                    num_gpus: float = 0.0, ray_address: str | None = None) -> int:
-    """`oga serve --replicas N`: deploys the replicas and serves until SIGTERM / Ctrl-C; then Serve
-    drains and stops the replicas (each finishes or cancels its turns within the shutdown timeout),
-    Ray shuts down, and the exit code is 0."""
+    """`oga serve --replicas N`: deploys the replicas and serves until SIGTERM / Ctrl-C. Then each
+    replica drains (finishes or cancels its turns within the shutdown timeout) and stops; a local
+    Ray instance is shut down, on a joined cluster (`ray_address`) only this application is deleted.
+    Returns the exit code, 0."""
     import ray
 
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-    init = {"include_dashboard": False, "log_to_driver": True}
-    if ray_address is None:
-        init["address"] = "local"
+    local = ray_address is None
+    if local:
         # Only small HTTP messages pass through Ray's object store.
-        init["object_store_memory"] = 256 << 20
-        if host in ("127.0.0.1", "localhost"):
-            init["_node_ip_address"] = "127.0.0.1"   # Ray's own services on loopback too
+        ray.init(address="local", include_dashboard=False, object_store_memory=256 << 20)
     else:
-        init["address"] = ray_address
+        ray.init(address=ray_address)
+    stop = threading.Event()
+    # Installed after ray.init: the Ray driver installs a SIGTERM handler of its own, which aborts.
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        ray.init(**init)
-        try:
-            serve.start(http_options={"host": host, "port": port})
-            serve.run(build_application(settings, replicas, num_cpus=num_cpus, num_gpus=num_gpus),
-                      name="oga", route_prefix="/", blocking=False)
-            print(f"oga serve: {replicas} replicas of {settings.model_name} on http://{host}:{port}",
-                  file=sys.stderr, flush=True)
-            while not stop.wait(0.5):
-                pass
-            print("oga serve: shutting down the replicas", file=sys.stderr, flush=True)
+        serve.start(http_options={"host": host, "port": port})
+        serve.run(build_application(settings, replicas, num_cpus=num_cpus, num_gpus=num_gpus), name="oga",
+                  route_prefix="/", blocking=False)
+        print(f"oga serve: {replicas} replicas of {settings.model_name} on http://{host}:{port}", file=sys.stderr,
+              flush=True)
+        while not stop.wait(0.5):
+            pass
+        print("oga serve: shutting down the replicas", file=sys.stderr, flush=True)
+        if local:
             serve.shutdown()
-        finally:
-            ray.shutdown()
+        else:
+            serve.delete("oga")
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        ray.shutdown()
     return 0
