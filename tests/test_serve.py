@@ -177,6 +177,15 @@ def test_health_models_and_unknown_routes(server):
     assert status == 404 and json.loads(body)["error"]["code"] == "not_found"
 
 
+def test_completions_default_to_16_tokens(server):
+    async def ask():
+        async with _client(server) as client:
+            return await client.completions.create(model=MODEL, prompt="default", extra_body={"min_tokens": 16})
+
+    response = asyncio.run(asyncio.wait_for(ask(), 60))
+    assert response.usage.completion_tokens == 16 and response.choices[0].finish_reason == "length"
+
+
 def test_full_waiting_queue_answers_503_with_retry_after(model_dir, tmp_path):
     args = ["--model", model_dir, "--max-batch-size", "1", "--max-waiting", "1"]
     with ServeProcess(args, log_path=tmp_path / "server.log") as server:

@@ -115,7 +115,10 @@ class EngineOwner:
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
         self._failure = ""                      # set by the owner when the engine stops being usable
-        self._stopping = False                  # set by stop(); begins are refused from then on
+        # Set (under _closing) by stop() or by an owner thread that ends: no BEGIN is queued after it,
+        # so every queued turn is answered (begun, or rejected by the owner's last drain).
+        self._closed = False
+        self._closing = threading.Lock()
         self.tokenizer = None
         self.max_request_length = 0
         self.max_batch_size = 0
@@ -134,8 +137,9 @@ class EngineOwner:
 
     def stop(self, timeout: float | None = None):
         """Cancels whatever is still running, ends the owner thread and waits for it."""
-        self._stopping = True
-        self._commands.put((_Command.STOP, None))
+        with self._closing:
+            self._closed = True
+            self._commands.put((_Command.STOP, None))
         self._thread.join(timeout)
 
     @property
@@ -150,10 +154,11 @@ class EngineOwner:
 
     def submit(self, spec: TurnSpec) -> Turn:
         """Queues `spec` for the owner; its first event is Begun or Rejected."""
-        if self._stopping or self._failure or not self._thread.is_alive():
-            raise ServiceUnavailable(self._failure or "the server is shutting down")
         turn = Turn(spec, asyncio.get_running_loop())
-        self._commands.put((_Command.BEGIN, turn))
+        with self._closing:
+            if self._closed or self._failure:
+                raise ServiceUnavailable(self._failure or "the server is shutting down")
+            self._commands.put((_Command.BEGIN, turn))
         return turn
 
     def cancel(self, turn: Turn):
@@ -181,10 +186,23 @@ class EngineOwner:
             self._ready.set()
             return
         self._ready.set()
+        loop = _OwnerLoop(self, og, engine)
         try:
-            _OwnerLoop(self, og, engine).run()
+            loop.run()
+        except BaseException as e:  # noqa: B036 - recorded for /health, then the thread ends with it
+            self._failure = f"the engine owner thread stopped: {type(e).__name__}: {e}"
+            raise
         finally:
-            del engine  # the engine is destroyed on its own thread
+            # Whatever ended the loop, every live or queued turn gets its answer.
+            if self._failure:
+                loop.fail_all(self._failure)
+            else:
+                loop.end_all("cancelled: the server is shutting down")
+            with self._closing:
+                self._closed = True
+            loop.reject_queued()
+            loop.flush()
+            del loop, engine  # the engine is destroyed on its own thread
 
 
 class _OwnerLoop:
@@ -204,23 +222,21 @@ class _OwnerLoop:
         self.flag_failed = og.EngineEventFlags.FAILED
         self.cancelled = int(og.FinishReason.CANCELLED)
         self.failed = int(og.FinishReason.FAILED)
+        self.engine_failures = (og.EngineErrorCode.ENGINE_CONTRACT_FAILURE, og.EngineErrorCode.ENGINE_EXECUTION_FAILURE)
 
     def run(self):
+        """Serves commands and steps until STOP."""
         import oga.testing
 
         self.counters = oga.testing.engine_counters
         self._refresh_stats()
-        try:
-            while True:
-                idle = not self.live or not self.engine.has_pending_requests()
-                if not self._take_commands(block=idle):
-                    break
-                if self.live and not self.owner._failure:
-                    self._step()
-                self._flush()
-        finally:
-            self._end_all("the server is shutting down")
-            self._flush()
+        while True:
+            idle = not self.live or not self.engine.has_pending_requests()
+            if not self._take_commands(block=idle):
+                return
+            if self.live and not self.owner._failure:
+                self._step()
+            self.flush()
 
     # ---- commands --------------------------------------------------------------------------------
 
@@ -237,9 +253,8 @@ class _OwnerLoop:
             elif command is _Command.CANCEL:
                 self._cancel(turn, "cancelled")
             elif command is _Command.CANCEL_ALL:
-                self._end_all("cancelled: the server is shutting down")
+                self.end_all("cancelled: the server is shutting down")
             else:
-                self._drain_after_stop()
                 return False
             try:
                 command, turn = commands.get_nowait()
@@ -247,15 +262,17 @@ class _OwnerLoop:
                 self._refresh_stats()
                 return True
 
-    def _drain_after_stop(self):
+    def reject_queued(self):
+        """Answers the turns still queued once no more can be queued (the owner is ending)."""
         commands = self.owner._commands
+        why = self.owner._failure or "the server is shutting down"
         while True:
             try:
                 command, turn = commands.get_nowait()
             except queue.Empty:
                 return
             if command is _Command.BEGIN:
-                self._post(turn, Rejected("the server is shutting down", unavailable=True))
+                self._post(turn, Rejected(why, unavailable=True))
 
     def _begin(self, turn: Turn):
         if self.owner._failure:
@@ -286,7 +303,7 @@ class _OwnerLoop:
         self._post(turn, Finished(self.cancelled, -1, int(turn.spec.prompt.size), turn.generated, why,
                                   time.perf_counter()))
 
-    def _end_all(self, why: str):
+    def end_all(self, why: str):
         for turn in list(self.live.values()):
             self._cancel(turn, why)
 
@@ -301,6 +318,7 @@ class _OwnerLoop:
         now = time.perf_counter()
         self.steps += 1
         finished = []
+        engine_failure = ""
         for event in events:
             request = event.request
             flags = event.flags
@@ -321,7 +339,10 @@ class _OwnerLoop:
                 usage = event.usage
                 reason = int(event.finish_reason)
                 error = event.error_code.name if flags & self.flag_failed else ""
-                self._post(turn, Finished(reason, event.matched_stop_string_index, usage.prompt_tokens,
+                if error and event.error_code in self.engine_failures:
+                    engine_failure = error
+                stop_string = event.matched_stop_string_index
+                self._post(turn, Finished(reason, -1 if stop_string is None else stop_string, usage.prompt_tokens,
                                           usage.generated_tokens, error, now))
                 finished.append(request)
         for request in finished:
@@ -329,11 +350,20 @@ class _OwnerLoop:
             # closing frees its row and KV blocks for the next waiting turn.
             del self.live[request]
             request.close()
+        if engine_failure:
+            # The executor failed the engine itself (not one request): every running turn ended
+            # with it, and the engine refuses further work.
+            self._fail(f"the engine failed ({engine_failure})")
+            return
         if finished or now - self.stats_at >= self.owner._stats_interval_s:
             self._refresh_stats(now)
 
     def _fail(self, message: str):
         self.owner._failure = message
+        self.fail_all(message)
+
+    def fail_all(self, message: str):
+        """Ends every live turn as failed (the engine can no longer run them)."""
         for request, turn in list(self.live.items()):
             self._post(turn, Finished(self.failed, -1, int(turn.spec.prompt.size), turn.generated, message,
                                       time.perf_counter()))
@@ -354,7 +384,7 @@ class _OwnerLoop:
     def _post(self, turn: Turn, item):
         self.outbox.setdefault(turn.loop, []).append((turn, item))
 
-    def _flush(self):
+    def flush(self):
         if not self.outbox:
             return
         outbox, self.outbox = self.outbox, {}

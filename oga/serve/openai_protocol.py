@@ -64,7 +64,7 @@ class GenerationRequest:
     messages: list | None = None              # [{"role", "content"}] with text content
     prompt_text: str | None = None
     prompt_tokens: list | None = None
-    max_tokens: int | None = None             # None: as many as the context leaves
+    max_tokens: int | None = None             # None: chat, what the context leaves; completions, 16
     min_tokens: int = 0
     stop: list = dataclasses.field(default_factory=list)
     stream: bool = False
@@ -92,7 +92,7 @@ def parse_chat_request(document: dict) -> GenerationRequest:
         raise bad_request("Pass either 'max_tokens' or 'max_completion_tokens', not both.", "max_tokens")
     if max_completion_tokens is not None:
         request.max_tokens = _positive_int(max_completion_tokens, "max_completion_tokens")
-    _sampling(document, request, default_max_tokens=None)
+    _sampling(document, request)
     _response_format(document.get("response_format"), request)
     return request
 
@@ -101,7 +101,7 @@ def parse_completion_request(document: dict) -> GenerationRequest:
     _check_fields(document, _COMPLETION_FIELDS, _COMPLETION_ONLY_AT)
     request = GenerationRequest("completion", _model(document))
     _prompt(document.get("prompt"), request)
-    _sampling(document, request, default_max_tokens=16)  # OpenAI's completions default
+    _sampling(document, request)   # max_tokens absent: OpenAI's 16, applied where the context is known
     return request
 
 
@@ -162,11 +162,9 @@ def _number(value, name, low, high, *, low_open=False):
     return float(value)
 
 
-def _sampling(document, request, default_max_tokens):
+def _sampling(document, request):
     if document.get("max_tokens") is not None:
         request.max_tokens = _positive_int(document["max_tokens"], "max_tokens")
-    elif request.max_tokens is None:
-        request.max_tokens = default_max_tokens
     policy = request.policy
     temperature = document.get("temperature")
     top_p = document.get("top_p")
