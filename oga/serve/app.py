@@ -117,8 +117,12 @@ class _TurnProgress:
 class _EventStreamResponse(StreamingResponse):
     """Server-sent events that end the moment the client disconnects, whatever the ASGI version
     (Starlette otherwise notices a disconnect only at the next write, and a turn still waiting for
-    its first token would hold its place until then). The body generator is always closed here,
-    so its cleanup (cancelling the turn) runs at once."""
+    its first token would hold its place until then). `abandon` runs when the response ends, however
+    it ends (it cancels the turn unless the turn finished), even if the body never started."""
+
+    def __init__(self, content, abandon, **kwargs):
+        super().__init__(content, **kwargs)
+        self._abandon = abandon
 
     async def __call__(self, scope, receive, send):
         try:
@@ -133,6 +137,7 @@ class _EventStreamResponse(StreamingResponse):
                 group.cancel_scope.cancel()
         finally:
             await self.body_iterator.aclose()
+            self._abandon()
 
 
 class Server:
@@ -272,20 +277,29 @@ class Server:
             if first.unavailable:
                 raise self._unavailable(first.message)
             raise bad_request(first.message)
-        assert isinstance(first, Begun), first
+        if not isinstance(first, Begun):   # the owner answers a begin with Begun or Rejected only
+            self.owner.cancel(turn)
+            progress.end("failed")
+            raise RuntimeError(f"unexpected first event of a turn: {first!r}")
         self.metrics.prompt_tokens.inc(int(spec.prompt.size))
         text = TurnText(self.owner.tokenizer, generation.stop)
         response_id = new_id(generation.kind)
         if generation.stream:
             writer = ChunkWriter(generation.kind, response_id, self.settings.model_name)
-            events = self._stream(turn, progress, text, writer, generation.include_usage, int(spec.prompt.size))
-            return _EventStreamResponse(events, media_type="text/event-stream",
+            events = self._stream(turn, progress, text, writer, generation.include_usage)
+            return _EventStreamResponse(events, lambda: self._abandon(turn, progress), media_type="text/event-stream",
                                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         return await self._complete(request, turn, progress, text, generation, response_id)
 
     # ---- turns -----------------------------------------------------------------------------------
 
-    async def _stream(self, turn, progress, text, writer, include_usage, prompt_tokens):
+    def _abandon(self, turn, progress):
+        """The client went away (or its response was cancelled) before the turn ended."""
+        if not progress.ended:
+            self.owner.cancel(turn)
+            progress.end("cancelled")
+
+    async def _stream(self, turn, progress, text, writer, include_usage):
         try:
             opening = writer.opening()
             if opening:
@@ -313,9 +327,7 @@ class Server:
                 progress.end(outcome)
                 return
         finally:
-            if not progress.ended:   # the client went away (or the response was cancelled)
-                self.owner.cancel(turn)
-                progress.end("cancelled")
+            self._abandon(turn, progress)
 
     async def _complete(self, request, turn, progress, text, generation, response_id):
         async def collect():
@@ -330,8 +342,11 @@ class Server:
                 return "".join(pieces), item
 
         async def disconnected():
-            while (await request.receive())["type"] != "http.disconnect":
-                pass
+            try:
+                while (await request.receive())["type"] != "http.disconnect":
+                    pass
+            except Exception:  # this server cannot watch the connection: the turn alone decides
+                await asyncio.Event().wait()
 
         collecting = asyncio.ensure_future(collect())
         watching = asyncio.ensure_future(disconnected())
@@ -341,8 +356,7 @@ class Server:
             watching.cancel()
             if not collecting.done():   # the client went away (or this handler was cancelled)
                 collecting.cancel()
-                self.owner.cancel(turn)
-                progress.end("cancelled")
+                self._abandon(turn, progress)
         if not collecting.done() or collecting.cancelled():
             return Response(status_code=499)   # nobody is listening
         answer, finished = collecting.result()

@@ -12,7 +12,7 @@ cancelled and the command exits 0.
 """
 import argparse
 
-DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+DEFAULT_SERVED_MODEL_NAME = "SmolLM2-135M-Instruct"
 
 
 def _positive_int(text):
@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser, precisions):
                         help="weights of the default model's build (default: the GGUF's own blocks); not with --model")
     parser.add_argument("--served-model-name", metavar="NAME",
                         help="the model id clients send and /v1/models lists (default: the directory's name; "
-                             f"{DEFAULT_MODEL_NAME} for the default model)")
+                             f"{DEFAULT_SERVED_MODEL_NAME} for the default model)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=_port, default=8000,
                         help="port to listen on (default: 8000; 0 picks a free one, standalone only)")
@@ -73,7 +73,7 @@ def default_model_settings(model_name=None, precision=None) -> dict:
     """ServeSettings fields of the default model, building it on first use."""
     from oga.cli import ensure_default_model
 
-    return {"model_dir": ensure_default_model(precision=precision), "model_name": model_name or DEFAULT_MODEL_NAME}
+    return {"model_dir": ensure_default_model(precision=precision), "model_name": model_name or DEFAULT_SERVED_MODEL_NAME}
 
 
 def keep_ray_on_loopback():
