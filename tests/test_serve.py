@@ -158,7 +158,8 @@ def test_metrics_are_prometheus_text(server):
     from prometheus_client.parser import text_string_to_metric_families
 
     # (prometheus_client also exposes each counter's and histogram's creation time as <name>_created)
-    families = {f.name: f.type for f in text_string_to_metric_families(body.decode()) if not f.name.endswith("_created")}
+    families = {f.name: f.type for f in text_string_to_metric_families(body.decode())
+                if not f.name.endswith("_created")}
     assert families == {
         "oga_requests": "counter", "oga_prompt_tokens": "counter", "oga_generation_tokens": "counter",
         "oga_time_to_first_token_seconds": "histogram", "oga_inter_token_latency_seconds": "histogram",

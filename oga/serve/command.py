@@ -73,7 +73,8 @@ def default_model_settings(model_name=None, precision=None) -> dict:
     """ServeSettings fields of the default model, building it on first use."""
     from oga.cli import ensure_default_model
 
-    return {"model_dir": ensure_default_model(precision=precision), "model_name": model_name or DEFAULT_SERVED_MODEL_NAME}
+    return {"model_dir": ensure_default_model(precision=precision),
+            "model_name": model_name or DEFAULT_SERVED_MODEL_NAME}
 
 
 def keep_ray_on_loopback():
@@ -106,7 +107,8 @@ def run(args) -> int:
     except ImportError as e:
         raise CommandError(f"oga serve needs the serve extra (pip install 'oga[serve]'): {e}") from None
     if args.model is not None and args.precision is not None:
-        raise CommandError("--precision chooses how the default model is built; a --model directory runs as it was built")
+        raise CommandError("--precision chooses how the default model is built; a --model directory runs as it "
+                           "was built")
     if args.model is not None:
         if not os.path.isfile(os.path.join(args.model, "genai_config.json")):
             raise CommandError(f"{args.model} is not an oga model directory (no genai_config.json)")
