@@ -13,10 +13,13 @@ in flight on the killed replica is lost with it, whatever the client's own lag i
 """
 import asyncio
 import os
+import shutil
 import signal
+import tempfile
 import time
 
 import openai
+import pytest
 
 from model_dirs import serve_model_dir
 from serve_process import ServeProcess, free_port
@@ -49,11 +52,21 @@ async def _complete(client, call, tokens):
         call.ended = time.monotonic()
 
 
-def test_two_replicas_share_requests_and_survive_losing_one(tmp_path_factory, tmp_path):
+@pytest.fixture
+def ray_temp_dir():
+    """Ray's session files go here, not to the shared /tmp/ray (a short path: Ray's socket paths
+    must fit in 107 bytes), and are removed with it."""
+    directory = tempfile.mkdtemp(prefix="oga-ray-")
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_two_replicas_share_requests_and_survive_losing_one(tmp_path_factory, tmp_path, ray_temp_dir):
     model_dir = serve_model_dir(tmp_path_factory)
     args = ["--model", model_dir, "--replicas", "2", "--replica-cpus", "0.5", "--port", free_port(),
             "--shutdown-timeout", "5"]
-    with ServeProcess(args, log_path=tmp_path / "server.log", start_timeout=180) as server:
+    with ServeProcess(args, log_path=tmp_path / "server.log", start_timeout=180,
+                      env={"RAY_TMPDIR": ray_temp_dir}) as server:
 
         def connect():   # one client per event loop (each asyncio.run below)
             return openai.AsyncOpenAI(base_url=server.base_url + "/v1", api_key="not-needed", max_retries=0,
