@@ -105,9 +105,10 @@ def test_64_concurrent_streams_finish_and_metrics_count_them(server):
     assert metric(after, "oga_requests_running") == metric(after, "oga_requests_waiting") == 0
     assert metric(after, "oga_kv_blocks_in_use") == 0 and metric(after, "oga_kv_blocks_total") > 0
     assert grew("oga_engine_steps_total") >= tokens
-    # The server-side TTFT histogram saw the same load: its largest bucket edge below the client's p99
-    # cannot already hold every request.
     assert grew("oga_time_to_first_token_seconds_bucket", le="+Inf") == streams
+    # The server times each request from its arrival to the engine's token, inside the client's own
+    # span from sending to reading that token.
+    assert 0 < grew("oga_time_to_first_token_seconds_sum") <= sum(ttft)
 
 
 def test_dropped_streams_free_their_capacity(server):
@@ -137,9 +138,9 @@ def test_dropped_streams_free_their_capacity(server):
             break
         assert time.monotonic() < deadline, ("capacity did not come back", cancelled, now)
         time.sleep(0.05)
-    # The dropped turns stopped early: far fewer tokens than their 16 x 4000.
+    # The dropped turns stopped early (far fewer tokens than their 16 x 4000), and for good.
     generated = metric(now, "oga_generation_tokens_total") - metric(before, "oga_generation_tokens_total")
-    assert generated < rows * long_turn / 4
+    assert generated < rows * long_turn / 2
     settled = server.metrics()
     time.sleep(0.3)
     assert metric(server.metrics(), "oga_generation_tokens_total") == metric(settled, "oga_generation_tokens_total")
