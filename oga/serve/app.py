@@ -21,11 +21,12 @@ import os
 import socket
 import time
 
-import anyio
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+import oga as og
 
 from .engine_owner import Begun, EngineOwner, EngineStats, Finished, Rejected, ServiceUnavailable, Token, TurnSpec
 from .metrics import ServeMetrics
@@ -44,15 +45,14 @@ from .turn_text import TurnText
 
 logger = logging.getLogger("oga.serve")
 
-_FINISH_STOP = (1, 2)        # og.FinishReason EOS, STOP_STRING
-_FINISH_LENGTH = (3, 4)      # MAX_GENERATED_TOKENS, MAX_SESSION_TOKENS
-_FINISH_STOP_STRING = 2
-_FINISH_CANCELLED = 5
+_FINISH_STOP = (int(og.FinishReason.EOS), int(og.FinishReason.STOP_STRING))
+_FINISH_LENGTH = (int(og.FinishReason.MAX_GENERATED_TOKENS), int(og.FinishReason.MAX_SESSION_TOKENS))
+_FINISH_STOP_STRING = int(og.FinishReason.STOP_STRING)
+_FINISH_CANCELLED = int(og.FinishReason.CANCELLED)
 
 
 def load_model_and_tokenizer(settings: ServeSettings):
     """Runs on the owner thread: the model (with the max_batch_size overlay) and its tokenizer."""
-    import oga as og
     from oga.cli import CommandError, load_model
 
     try:
@@ -71,14 +71,13 @@ def start_engine_owner(settings: ServeSettings) -> EngineOwner:
 class _TurnProgress:
     """Keeps one turn's share of the metrics and of the server's waiting / in-flight counts right,
     whichever way the turn ends (end() is idempotent)."""
-    __slots__ = ("server", "route", "arrived", "last_token_at", "generated", "ended")
+    __slots__ = ("server", "route", "arrived", "last_token_at", "ended")
 
     def __init__(self, server, route, arrived):
         self.server = server
         self.route = route
         self.arrived = arrived
         self.last_token_at = None
-        self.generated = 0
         self.ended = False
         server.waiting += 1
         server.in_flight += 1
@@ -95,7 +94,6 @@ class _TurnProgress:
         else:
             metrics.inter_token_latency.observe(at - self.last_token_at)
         self.last_token_at = at
-        self.generated += 1
         metrics.generation_tokens.inc()
 
     def end(self, outcome):
@@ -125,19 +123,22 @@ class _EventStreamResponse(StreamingResponse):
         self._abandon = abandon
 
     async def __call__(self, scope, receive, send):
-        try:
-            async with anyio.create_task_group() as group:
-                async def stream():
-                    with contextlib.suppress(OSError):   # the client went away mid-write
-                        await self.stream_response(send)
-                    group.cancel_scope.cancel()
+        async def stream():
+            with contextlib.suppress(OSError):   # the client went away mid-write
+                await self.stream_response(send)
 
-                group.start_soon(stream)
-                await self.listen_for_disconnect(receive)
-                group.cancel_scope.cancel()
+        tasks = (asyncio.ensure_future(stream()), asyncio.ensure_future(self.listen_for_disconnect(receive)))
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             await self.body_iterator.aclose()
             self._abandon()
+        streaming = tasks[0]
+        if not streaming.cancelled() and streaming.exception() is not None:
+            raise streaming.exception()   # the stream's own failure (not a disconnect) reaches the server
 
 
 class Server:
@@ -170,11 +171,11 @@ class Server:
             logger.info("oga serve: draining %d in-flight requests (at most %.0f s)", self.in_flight, timeout_s)
         try:
             await asyncio.wait_for(self.idle.wait(), timeout_s)
-        except TimeoutError:
+        except asyncio.TimeoutError:   # (TimeoutError itself from Python 3.11 on)
             logger.warning("oga serve: cancelling %d requests still running after %.0f s", self.in_flight, timeout_s)
             if self.owner is not None:
                 self.owner.cancel_all()
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.idle.wait(), 10.0)
 
     async def stop(self):
