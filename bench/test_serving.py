@@ -15,7 +15,8 @@ counted by re-tokenizing each answer with SmolLM2's tokenizer, the same measure 
 first token p50 / p99 and inter-token latency p50 at the client, and oga's ratios.
 
 Goal asserted (issue 19), at concurrency 32: oga's throughput >= 3x llama.cpp's and its p99 time to
-first token <= 0.3x.
+first token <= 0.3x. llama-cpp-python's server runs one request at a time (one context behind a
+lock), so beyond concurrency 1 the ratios measure oga's continuous batching against a queue.
 """
 import asyncio
 import os
