@@ -1,4 +1,5 @@
-"""``oga`` command line: ``oga generate`` runs prompts concurrently through one og.Engine.
+"""``oga`` command line: ``oga generate`` runs prompts concurrently through one og.Engine;
+``oga serve`` serves a model over an OpenAI-compatible HTTP API (oga/serve/command.py).
 
     oga generate "What is the capital of France?" "Write a haiku about rain."
     oga generate --file prompts.txt --max-new-tokens 64
@@ -405,6 +406,13 @@ def build_parser() -> argparse.ArgumentParser:
     constraint.add_argument("--regex", help="constrain answers to the regular expression; needs llguidance")
     constraint.add_argument("--lark", metavar="GRAMMAR", help="constrain answers to a Lark grammar (text or @FILE)")
 
+    from .serve import command as serve_command
+
+    serve = commands.add_parser(
+        "serve", help="serve the model over an OpenAI-compatible HTTP API (continuous batching, streaming)",
+        description=serve_command.__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve_command.add_arguments(serve, CHOSEN_PRECISIONS)
+
     commands.add_parser("build", help="build a model directory (same as python -m oga.models build)",
                         add_help=False)
     commands.add_parser("convert", help="turn an onnxruntime-genai CPU build into a paged decoder directory "
@@ -474,6 +482,10 @@ def main(argv=None) -> int:
         return models_main(argv)
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "serve":
+            from .serve import command as serve_command
+
+            return serve_command.run(args)
         return _generate_command(args)
     except CommandError as e:
         print(f"oga {args.command}: error: {e}", file=sys.stderr)

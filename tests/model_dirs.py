@@ -4,6 +4,7 @@
   a tokenizer_config.json with SmolLM2's chat template and a genai_config.json (onnxruntime-genai
   0.18's Tokenizer needs one), in seconds and without the model builder.
 - tiny_model_dir: a random-weight model from oga.models.build with that tokenizer.
+- serve_model_dir: the same tiny model with a 4096-token context and 16 rows, for the serving tests.
 - EXECUTOR_SPEC / executor_model_dir: the small random llama the executor tests run (paged CPU,
   seed 3), built once per session and name.
 - smollm2_model_dir: the session's default SmolLM2-135M-Instruct build (conftest's smollm2_int4_dir) placed
@@ -117,6 +118,21 @@ def tiny_model_dir(tmp_path_factory):
 
         models.build(None, str(directory), random_spec=tiny_spec(vocab_size=VOCAB_SIZE, pad_token_id=PAD),
                      max_batch_size=8)
+        make_tokenizer_dir(directory, genai_config=False)
+    return str(directory)
+
+
+def serve_model_dir(tmp_path_factory):
+    """The serving tests' model: the tiny random llama with the make_tokenizer_dir tokenizer (and
+    its chat template), context 4096 so a turn can be long enough to still run while a test acts,
+    16 rows a step."""
+    directory = tmp_path_factory.getbasetemp() / "serve-model"
+    if not (directory / "genai_config.json").exists():
+        import oga.models as models
+        from oga.models.random_weights import tiny_spec
+
+        models.build(None, str(directory), context_length=4096, max_batch_size=16,
+                     random_spec=tiny_spec(vocab_size=VOCAB_SIZE, pad_token_id=PAD, context_length=4096))
         make_tokenizer_dir(directory, genai_config=False)
     return str(directory)
 
