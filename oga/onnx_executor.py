@@ -12,8 +12,8 @@ model.decoder.sliding_window keep their KV in a ring; their caches are
 [window_blocks, block_size, kv_heads, head_size] (window_blocks from the engine geometry), bound
 the same way, and every step binds the engine's windowed block table next to the full one.
 
-Fixed decoder state (hybrid models, reference E.5): model.decoder.state_groups may list
-fixed_conv / fixed_recurrent groups beside the paged_kv group. OnnxDecoder expands their
+Fixed decoder state (hybrid models; seed "Fixed request-state pools"): model.decoder.state_groups
+may list fixed_conv / fixed_recurrent groups beside the paged_kv group. OnnxDecoder expands their
 templates (model.decoder.inputs past_conv_names / past_recurrent_names, outputs present_conv_names /
 present_recurrent_names, OGA's defaults when absent), validates every input/output pair (both
 present, one dtype, identical statically known per-row geometry, a dynamic batch axis 0) and
@@ -421,7 +421,8 @@ class OnnxDecoder:
         self._validate_fixed_states()
 
     def _validate_fixed_states(self):
-        """The fixed_conv / fixed_recurrent groups of model.decoder.state_groups (reference E.5)."""
+        """The fixed_conv / fixed_recurrent groups of model.decoder.state_groups (seed "Fixed request-state
+        pools")."""
         config = self.decoder_config
         groups = config.get("state_groups") or []
         inputs_config = config.get("inputs", {}) or {}
@@ -623,7 +624,7 @@ class OnnxDecoder:
         self.cache_geometry = geometry  # (block_size, kv_heads, head_size)
         element = np.dtype(self.cache_dtype).itemsize
         ring = sum(1 for layer in n["paged_layer_ids"] if layer in self.ring_layers)
-        # A block of the full pool spans the full layers only (reference E.4: L_full); the ring
+        # A block of the full pool spans the full layers only (seed "Decoder state manifest"); the ring
         # layers' blocks come from the separate window pool.
         layer_bytes = int(np.prod(geometry)) * element * 2
         self.bytes_per_block = layer_bytes * (len(n["paged_layer_ids"]) - ring)
