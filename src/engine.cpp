@@ -69,11 +69,6 @@ uint64_t AvailableHostBytes() {
   return SaturatingMultiply(static_cast<uint64_t>(pages), static_cast<uint64_t>(page_size));
 }
 
-// engine.dynamic_batching.gpu_utilization_factor without num_blocks (reference E.4): blocks that
-// fit in 90% of the memory available times the factor, but never more than max_batch_size
-// requests of context_length tokens could occupy at once; `reserved_bytes` (a sliding-window ring
-// pool) comes off the budget first. The KV cache lives in host memory here (the executor allocates
-// it); there is no device budget to consult yet.
 // Free bytes of the memory the paged KV cache will live in: the executor's device when its
 // OgaExtDeviceOps can tell, else host memory.
 uint64_t AvailableCacheBytes(const OgaExtDeviceOps* device_ops) {
@@ -88,6 +83,11 @@ uint64_t AvailableCacheBytes(const OgaExtDeviceOps* device_ops) {
   return free_bytes;
 }
 
+// engine.dynamic_batching.gpu_utilization_factor without num_blocks: blocks that fit in 90% of the
+// available memory times the factor (0.18's rule), but never more than max_batch_size requests of
+// context_length tokens could occupy at once; `reserved_bytes` (the sliding-window ring pool and the
+// fixed-state pool) comes off the budget first; the executor's bytes_per_block counts the
+// full-attention layers only (seed: "Decoder state manifest").
 uint64_t AutoSizedBlockCount(const ModelConfig& config, size_t bytes_per_block, double reserved_bytes,
                              uint64_t available_bytes) {
   const DynamicBatchingConfig& batching = *config.dynamic_batching;

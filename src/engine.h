@@ -93,14 +93,15 @@ class Engine {
   std::shared_ptr<Request> CreateRequest(const OgaRequestOptions* options, const SearchConfig& search);
   uint64_t BeginTurn(Request& request, const OgaTurnOptions* options, const int32_t* input_ids, uint64_t count);
   bool CancelTurn(Request& request, uint64_t turn_id);
-  // Replaces the request's pending draft proposal (reference C.17); empty clears.
+  // Replaces the request's pending draft proposal (seed: "Caller-supplied speculative drafts"); empty
+  // clears.
   void SetDraftTokens(Request& request, const int32_t* tokens, size_t count);
   // Drafts one proposal may hold; 0 when the executor cannot verify drafts.
   size_t max_draft_tokens() const { return static_batching() ? 0 : limits_.max_draft_tokens; }
   const SpeculativeCounters& speculative_counters() const { return speculative_; }
-  // Truncates the request back to where turn `turn_id` began (reference C.11). Dynamic path: the
-  // request also gives its blocks and residency back, and its next turn prefills the retained
-  // history again, as 0.18 does (tests/conformance, "Rewind").
+  // Truncates the request back to where turn `turn_id` began. Dynamic path: the request also gives
+  // its blocks and residency back, and its next turn prefills the retained history again, as 0.18
+  // does (docs/onnxruntime-genai-0.18-dynamic-engine.md, "Rewind (`rewind_to_start_of_turn`)").
   void RewindToStartOfTurn(Request& request, uint64_t turn_id);
   void Close(Request& request);
   void Run(OgaEngineEventBuffer& buffer);

@@ -1,4 +1,4 @@
-// Caller-supplied speculative drafts (reference C.17; seed "Caller-supplied speculative drafts"):
+// Caller-supplied speculative drafts (seed: "Caller-supplied speculative drafts"):
 // admission of a proposal, greedy verification of the scheduled drafts with the per-token logits of
 // one model run, and the verification telemetry. Scheduling (ScheduleDrafts), packing, reservation
 // narrowing and publication live with the rest of the step transaction.

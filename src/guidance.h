@@ -1,7 +1,8 @@
-// Guidance (reference C.6): whole-turn json_schema, regex and lark_grammar constraints, run by
-// llguidance through its C API. The library is loaded at run time from the shared object that
-// OgaExtSetGuidanceLibrary names (the Python package names the llguidance wheel's extension
-// module), so oga builds and runs without it and only guided turns need it.
+// Guidance (seed: "Constrained decoding and tool calling"): whole-turn json_schema, regex and
+// lark_grammar constraints, run by llguidance through its C API. The library is loaded at run time
+// from the shared object that OgaExtSetGuidanceLibrary names (the Python package names the
+// llguidance wheel's extension module), so oga builds and runs without it and only guided turns
+// need it.
 //
 // A model builds one GuidanceTokenizer from its token table; each guided turn owns a
 // GuidanceCursor (an llguidance matcher) compiled at BeginTurn. The cursor advances only when a

@@ -36,8 +36,9 @@ struct DynamicBatchingConfig {
   int64_t max_batch_size = 16;
   int64_t max_scheduled_tokens = 2048;
   // As written; unset means on (onnxruntime-genai 0.18 caches prefixes unless the key says false,
-  // observed side by side in tests/conformance; the reference notes say false), except for models
-  // with a sliding-window ring, which prefix caching does not support yet.
+  // observed side by side in tests/conformance: docs/onnxruntime-genai-0.18-dynamic-engine.md,
+  // "Prefix caching"), except for models with a sliding-window ring, which prefix caching does not
+  // support yet.
   std::optional<bool> prefix_caching;
   // What a step does when nothing schedulable fits the free blocks or residency slots (oga only;
   // 0.18 has no preemption): Recompute releases the KV cache of the most recently admitted running

@@ -1,6 +1,7 @@
 // The engine's side of the model-executor boundary: opens per-engine executor state, runs one
 // packed step and classifies the outcome. The executor itself is a C callback table
-// (OgaExtModelExecutor) so that the ONNX Runtime executor can live in the Cython layer.
+// (OgaExtModelExecutor), so that executors can live outside the core: the native ONNX Runtime
+// executor (native_executor/), the Python one (oga/onnx_executor.py) and the test executor.
 #pragma once
 
 #include <cstddef>

@@ -34,10 +34,9 @@ struct OgaEngineCapabilities {
   uint64_t max_request_length = 0;
 };
 
-// Cumulative speculative telemetry. Nothing speculative runs yet, so every value is zero; the key
-// set is 0.18's so callers can read any key.
-// A snapshot of the engine's caller-supplied draft telemetry; names without an oga counter
-// (drafter, adaptive-k, n-gram and timing statistics of engine-hosted proposers) read 0.
+// A snapshot of the engine's caller-supplied draft telemetry; the key set is 0.18's so callers can
+// read any key, and names without an oga counter (drafter, adaptive-k, n-gram and timing statistics
+// of engine-hosted proposers) read 0.
 struct OgaSpeculativeStats {
   std::map<std::string, uint64_t> counts;
   std::map<std::string, double> numbers;

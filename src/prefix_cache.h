@@ -1,4 +1,5 @@
-// Prefix caching (engine.dynamic_batching.prefix_caching; reference E.7): full committed blocks are
+// Prefix caching (engine.dynamic_batching.prefix_caching; 0.18's behaviour as observed:
+// docs/onnxruntime-genai-0.18-dynamic-engine.md, "Prefix caching"): full committed blocks are
 // indexed by content -- the chain of their tokens from the start of the sequence -- so a newly
 // admitted request whose prompt starts with the same tokens adopts those blocks instead of
 // recomputing them.

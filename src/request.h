@@ -64,12 +64,13 @@ class Request : public std::enable_shared_from_this<Request> {
   OgaFinishReason finish_reason = OgaFinishReason_None;
   TurnPolicy policy;
   RandomStream stream;  // advanced only by committed sampling steps
-  // This turn's stop strings and grammar (reference C.5, C.6); both advance only at commit and are
+  // This turn's stop strings and grammar (docs/onnxruntime-genai-0.18-dynamic-engine.md, "Stop strings
+  // and guidance"; seed: "Constrained decoding and tool calling"); both advance only at commit and are
   // released when the turn ends.
   StopStringMatcher stop;
   std::unique_ptr<GuidanceCursor> guidance;
-  // The caller's pending speculative proposal for its next decode (reference C.17): consumed by a
-  // committed decode, kept by a rollback, discarded when the turn ends.
+  // The caller's pending speculative proposal for its next decode (seed: "Caller-supplied speculative
+  // drafts"): consumed by a committed decode, kept by a rollback, discarded when the turn ends.
   std::vector<int32_t> draft_tokens;
 
   // Scheduler and cache membership.

@@ -1,5 +1,5 @@
-// Token selection over one logits row. This engine decodes greedily; the batched sampler
-// of the generation-policy work replaces Select for sampled turns.
+// Token selection over one logits row: greedy selection, the logits processors, and sampling (the
+// definition OgaExtDeviceSampling's device samplers must reproduce).
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,5 @@
-// Decoded stop strings for one turn (reference C.5).
+// Decoded stop strings for one turn (0.18's behaviour as observed:
+// docs/onnxruntime-genai-0.18-dynamic-engine.md, "Stop strings and guidance").
 //
 // The matcher decodes the turn's generated tokens with a fresh incremental detokenizer: each token's
 // exact bytes (TokenTable), special tokens skipped, incomplete UTF-8 characters held until their

@@ -48,7 +48,8 @@ struct TurnPolicy {
 
 struct SearchConfig;
 
-// Resolves and validates a turn's policy (reference C.4); throws ApiError with 0.18's messages.
+// Resolves and validates a turn's policy (snapshotted at BeginTurn, seed: "Request lifecycle"); throws
+// ApiError with 0.18's rules and messages, which tests/test_sampling.py pins.
 // max/min_generated_tokens are copied; their checks against the sequence are the engine's.
 TurnPolicy ResolveTurnPolicy(const SearchConfig& search, const TurnOptionValues* values, size_t vocab_size);
 

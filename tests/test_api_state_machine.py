@@ -135,7 +135,7 @@ class ReqRec:
 
 
 def resolve_policy(pol, search):
-    """Mirror of the turn-policy rules of reference C.4 for the options this test sets: returns
+    """Mirror of 0.18's turn-policy rules (oga.h, "Turn options") for the options this test sets: returns
     (valid, greedy, top_k)."""
     ds = pol.get("do_sample", search.get("do_sample", False))
     t = pol.get("temperature", search.get("temperature", 1.0))
@@ -947,8 +947,9 @@ def test_a_request_preempted_during_its_prefill_refuses_drafts():
     admitted together; when A's decode needs a block, recompute preemption releases B's cache in
     the middle of its prefill. B has produced no token in this turn, so set_draft_tokens([3]) must
     raise "Speculative draft tokens may only be proposed when the request is ready to decode."
-    (reference C.17) as it does without the preemption: whether the call is valid must not depend
-    on scheduling the caller cannot see. (The engine once accepted it for every preempted request.)"""
+    (seed "Caller-supplied speculative drafts") as it does without the preemption: whether the call
+    is valid must not depend on scheduling the caller cannot see. (The engine once accepted it for
+    every preempted request.)"""
     state = ApiMachine()
     state.build(geometry={"block_size": 1, "pool_tokens": 5, "max_batch_size": 2, "max_scheduled_tokens": None,
                           "chunk_size": 1, "prefix_caching": False, "per_token_logits": True, "context_length": 24,

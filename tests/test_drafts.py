@@ -1,4 +1,4 @@
-"""Caller-supplied speculative drafts (reference C.17, seed "Caller-supplied speculative drafts"):
+"""Caller-supplied speculative drafts (seed "Caller-supplied speculative drafts"):
 greedy verification of a proposal with the per-token logits of one model run. The test executor's
 greedy oracle (tests/helpers.py) says what plain decoding gives; drafts must never change it."""
 import random

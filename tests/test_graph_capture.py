@@ -1,4 +1,4 @@
-"""CUDA graph packing (seed "CUDA graph capture", reference E.2): for an executor that captures
+"""CUDA graph packing (seed "CUDA graph capture"): for an executor that captures
 graphs, a pure-decode step is packed at a block-table bucket (a power of two of at least 8 columns,
 capped at the configured maximum) with a graph id per (rows, bucket) and attention bounds valid for
 every replay of that bucket; every other step runs eagerly (graph id -1, exact bounds). The test

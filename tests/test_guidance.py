@@ -1,4 +1,5 @@
-"""Whole-turn guidance (reference C.6): json_schema, regex and lark_grammar turns run by llguidance.
+"""Whole-turn guidance (seed "Constrained decoding and tool calling"): json_schema, regex and
+lark_grammar turns run by llguidance.
 
 The oracle is independent of llguidance: the test executor's greedy scores (tests/helpers.py) masked
 to the tokens that keep the turn's text a viable prefix of the regular language, decided by the

@@ -1,4 +1,4 @@
-"""Hybrid models on the engine (seed "Fixed request-state pools", reference E.5): the FixedStatePool,
+"""Hybrid models on the engine (seed "Fixed request-state pools"): the FixedStatePool,
 the composite paged + fixed transaction, HybridDecoderIO's bindings and events in scheduler order.
 
 The built-in test executor is a hybrid decoder when the config declares fixed groups: it checks

@@ -1,7 +1,7 @@
-"""Hybrid decoders (short-convolution and linear-recurrent layers beside paged attention, reference
-E.5) on the Python side: the CPU graph builder, the numpy reference and the ONNX executor's
-fixed-state bindings, driven directly with hand-made packed steps (no C++ engine: it does not
-accept fixed state groups yet).
+"""Hybrid decoders (short-convolution and linear-recurrent layers beside paged attention; seed
+"Fixed request-state pools") on the Python side: the CPU graph builder, the numpy reference and the
+ONNX executor's fixed-state bindings, driven directly with hand-made packed steps (no C++ engine;
+tests/test_hybrid_engine.py and tests/test_hybrid_onnx_engine.py run hybrid models on it).
 
 The test plays the engine's FixedStatePool: each sequence owns its committed state (zeros when
 new); a step gathers the scheduled rows' states, in row order, into one contiguous input buffer

@@ -1,4 +1,5 @@
-"""Prefix caching (engine.dynamic_batching.prefix_caching; reference E.7). The test executor reads
+"""Prefix caching (engine.dynamic_batching.prefix_caching; docs/onnxruntime-genai-0.18-dynamic-engine.md,
+"Prefix caching"). The test executor reads
 every position's state back through the block tables (tests/helpers.py oracle), so a shared block
 holding the wrong tokens, or one written while shared, changes the tokens."""
 import random

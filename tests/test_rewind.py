@@ -1,5 +1,6 @@
-"""Request rewind (reference C.11): a TurnComplete request goes back to where an earlier turn began
--- tokens, committed KV and blocks -- and later turns run as if the rewound turns never happened."""
+"""Request rewind (docs/onnxruntime-genai-0.18-dynamic-engine.md, "Rewind (`rewind_to_start_of_turn`)"):
+a TurnComplete request goes back to where an earlier turn began -- tokens, committed KV and blocks --
+and later turns run as if the rewound turns never happened."""
 import pytest
 
 import oga as og

@@ -1,6 +1,7 @@
 """Per-turn generation policy: sampling distributions (chi-square against the analytic distribution of
 the test executor's logits), per-request random streams and per-turn seeds, repetition penalty,
-no-repeat n-gram, min_generated_tokens, and policy resolution / validation (reference C.4).
+no-repeat n-gram, min_generated_tokens, and policy resolution / validation (0.18's rules and texts;
+oga.h, "Turn options").
 
 Sampling semantics under test (logits processing order for one row):
   1. EOS ids masked while the turn has generated fewer than min_generated_tokens;
@@ -590,7 +591,7 @@ def test_model_random_seed_seeds_every_request():
 
 
 def test_turn_seed_below_2_pow_32_reproduces_the_model_random_seed():
-    """Reference C.4: per-turn seed values < 2^32 reproduce the classic search.random_seed."""
+    """Per-turn seed values < 2^32 reproduce the classic search.random_seed (as in 0.18)."""
     p0 = long_prompt(16)
     by_model, _ = run_jobs([[{"prompt": p0, "opts": sampled(temperature=3.0, max_gen=16, top_k=0)}]],
                            model=ogt.create_test_model(search={"random_seed": 1234}))
@@ -919,7 +920,7 @@ def test_min_generated_tokens_masks_eos_in_sampled_turns():
 
 
 # --------------------------------------------------------------------------------------------
-# 4. Policy resolution and validation (C.4)
+# 4. Policy resolution and validation
 # --------------------------------------------------------------------------------------------
 def _begin_error(request, opts, prompt=(5, 9, 13)):
     with pytest.raises(RuntimeError) as info:

@@ -1,4 +1,4 @@
-"""Sliding-window paged layers kept in a ring (seed: "Sliding-window paged layers"; reference E.6).
+"""Sliding-window paged layers kept in a ring (seed: "Sliding-window paged layers").
 The test executor keeps a ring as a ring layer would: each step's positions are written through
 block_table_windowed, then every query must find the W - 1 positions before it in its ring slots; an
 undersized ring or a wrong ring table is a fatal execution failure. Tokens come from the full layers'

@@ -1,4 +1,4 @@
-"""Sliding-window ring layers (reference E.6) on the Python side: the CPU graph builder, the numpy
+"""Sliding-window ring layers (seed "Sliding-window paged layers") on the Python side: the CPU graph builder, the numpy
 reference and the ONNX executor, driven directly with hand-made packed steps (no C++ engine).
 
 A ring layer attends to the last W positions only (q - W < k <= q) and keeps its K/V in a ring of
@@ -264,7 +264,8 @@ def test_the_executor_needs_window_blocks_and_a_windowed_table(ring_dirs):
     decoder = executors.load_decoder(decoder_names(model_dir))
     assert decoder.windowed_block_table and decoder.ring_layers == {0, 2}
     layer_bytes = BLOCK * spec.num_kv_heads * spec.head_dim * 4 * 2
-    assert decoder.bytes_per_block == layer_bytes * 1                # the full layers only (E.4)
+    # A full-pool block spans the full layers only (seed "Decoder state manifest").
+    assert decoder.bytes_per_block == layer_bytes * 1
     assert decoder.bytes_per_window_block == layer_bytes * 2
     geometry = {"block_size": BLOCK, "num_blocks": 16, "max_batch_size": 2, "max_scheduled_tokens": 16,
                 "max_block_table_columns": 16, "vocab_size": 97, "max_sequence_length": 0,

@@ -1,4 +1,5 @@
-"""Stop strings (reference C.5): decoded UTF-8 matching on a turn's generated text.
+"""Stop strings (docs/onnxruntime-genai-0.18-dynamic-engine.md, "Stop strings and guidance"): decoded
+UTF-8 matching on a turn's generated text.
 
 The test model's tokens come from the greedy oracle (tests/helpers.py); their text comes from a token
 table set with oga.testing.set_token_table. The table mixes ASCII, UTF-8 characters split across

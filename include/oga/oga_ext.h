@@ -1,9 +1,11 @@
 /*
  * oga_ext.h -- oga additions to the OGA 0.18 C API (prefix OgaExt, so they cannot collide with
- * OGA names): the model-executor interface, the built-in deterministic test model, and
- * introspection used by the Python binding and by tests.
+ * OGA names): the model-executor interface, model loading, token text for stop strings and
+ * guidance, the built-in deterministic test model, and introspection used by the Python binding and
+ * by tests.
  *
- * Conventions are those of oga.h.
+ * Conventions are those of oga.h (results, NULL handling, [owner], borrowed views, copied inputs).
+ * Sections of onnxruntime-genai's docs/paged_attention_engine.md are cited as seed: "<title>".
  */
 #ifndef OGA_OGA_EXT_H_
 #define OGA_OGA_EXT_H_
@@ -18,11 +20,25 @@ extern "C" {
  * Model executor interface
  *
  * The engine core never runs a model itself. It packs one step (VarlenDecoderIO layout, see
- * OgaExtStepInputs) and hands it to an executor through this table of callbacks. The ONNX Runtime
- * executor (Cython) and the built-in test executor implement it.
+ * OgaExtStepInputs; seed: "One dynamic step in detail") and hands it to an executor through this
+ * table of callbacks. Implementations: oga's native ONNX Runtime executor (C++, native_executor/;
+ * the default for decoders on the CPU execution provider), the Python ONNX Runtime executor
+ * (oga/onnx_executor.py, called through trampolines in the Cython binding oga/_core.pyx; decoders
+ * on a device, and the fallback when the native library cannot be used), the built-in test
+ * executor (OgaExtCreateTestModel), and any table passed to OgaExtCreateModelWithExecutor.
  *
- * Threading: every callback runs on the engine owner thread, inside OgaCreateEngine,
- * OgaEngineRun or OgaDestroyEngine. The GIL is not held: a Python executor must acquire it.
+ * Threading: open_engine runs inside OgaCreateEngine; execute, execute_static and the
+ * OgaExtDeviceOps operations inside OgaEngineRun (device memory is also allocated inside
+ * OgaCreateEngine and released inside OgaDestroyEngine); close_engine inside OgaDestroyEngine: all
+ * on the engine owner thread. release_model runs wherever the model's last reference goes
+ * (OgaDestroyModel, OgaDestroyEngine, OgaDestroyGeneratorParams, or a failed model creation), on
+ * any thread. The core never takes or releases a Python GIL: a callback runs in whatever GIL state
+ * its caller left (the Python binding releases the GIL around model, engine and request creation,
+ * Run and BeginTurn, but holds it while destroying engines and models), so a Python executor must
+ * acquire it in a way that also works when it is already held (PyGILState_Ensure, Cython's `with
+ * gil`). A callback must not call the engine's [owner] functions (see oga.h). Every `message`
+ * buffer takes a NUL-terminated reason of at most `message_capacity` bytes; the engine quotes it in
+ * the resulting error.
  * ------------------------------------------------------------------------------------------- */
 typedef uint32_t OgaExtExecutionStatus;
 #define OgaExtExecutionStatus_Ok 0u
@@ -85,15 +101,15 @@ typedef struct OgaExtStepInputs {
   /* [num_rows, block_table_columns] the ring layers' table: entry j is the row's ring block j mod R,
    * so position p lives in ring slot p mod (R * block_size). NULL without a ring. */
   const int32_t* block_table_windowed;
-  /* Fixed decoder state (hybrid models; reference E.5), one entry per fixed tensor in the order of
-   * OgaExtModelExecutor.fixed_state_row_bytes. Each input is [num_rows, row] contiguous memory: the
-   * committed state of every row (zeros for a newly admitted request); each output is
-   * [num_rows, row] memory the step writes the state after the row's last packed token into, and
-   * never overlaps an input. fixed_state_direct = 1 when they are views of the engine's persistent
-   * state banks (a contiguous resident interval), 0 when gathered / staged copies. With
+  /* Fixed decoder state (hybrid models; seed: "Fixed request-state pools"), one entry per fixed
+   * tensor in the order of OgaExtModelExecutor.fixed_state_row_bytes. Each input is [num_rows, row]
+   * contiguous memory: the committed state of every row (zeros for a newly admitted request); each
+   * output is [num_rows, row] memory the step writes the state after the row's last packed token
+   * into, and never overlaps an input. fixed_state_direct = 1 when they are views of the engine's
+   * persistent state banks (a contiguous resident interval), 0 when gathered / staged copies. With
    * OgaExtModelExecutor.fixed_state_capture, fixed_state_captures[t] is [num_tokens, row]: the state
-   * after every packed token (for replaying a partially accepted draft proposal); NULL otherwise.
-   * All NULL / 0 for a model without fixed state. */
+   * after every packed token (for replaying a partially accepted draft proposal); NULL otherwise. All
+   * NULL / 0 for a model without fixed state. */
   size_t num_fixed_states;
   const void* const* fixed_state_inputs;
   void* const* fixed_state_outputs;
@@ -142,7 +158,7 @@ typedef struct OgaExtStepOutputs {
 /* One batched token selection over device logits (OgaExtDeviceOps.sample). Every array is host
  * memory of num_rows entries (unless said otherwise), valid only during the call. Row i reads logits
  * row logits_rows[i] and is processed exactly as the engine's host sampler (src/sampler.h, the
- * reference) does it: every EOS id set to -inf when mask_eos[i]; then, when
+ * definitive implementation) does it: every EOS id set to -inf when mask_eos[i]; then, when
  * repetition_penalties[i] != 1, every distinct token of history_tokens[history_offsets[i] ..
  * history_offsets[i + 1]) penalized (positive logits divided, others multiplied); then, when
  * temperatures[i] is 0, the lowest index of the largest logit (no draw), else temperature, top_k
@@ -171,15 +187,15 @@ typedef struct OgaExtDeviceSampling {
 } OgaExtDeviceSampling;
 
 /* Device memory operations, for state the engine core owns on the executor's device (the fixed-state
- * pool's banks and staging; reference E.5) and for the step's logits when they stay on the device:
- * an executor whose session runs on a device provides them; NULL means host memory (the core
- * allocates and copies it itself). Every pointer is a device address unless said otherwise; the
- * pointer arrays themselves are host memory valid only during the call. Calls run on the engine
- * owner thread. Copies may be asynchronous until `synchronize`; `read` and `sample` are complete
- * when they return. A nonzero return (with a reason) makes the engine unhealthy, except
+ * pool's banks and staging; seed: "Fixed request-state pools") and for the step's logits when they
+ * stay on the device: an executor whose session runs on a device provides them; NULL means host
+ * memory (the core allocates and copies it itself). Every pointer is a device address unless said
+ * otherwise; the pointer arrays themselves are host memory valid only during the call. Calls run on
+ * the engine owner thread. Copies may be asynchronous until `synchronize`; `read` and `sample` are
+ * complete when they return. A nonzero return (with a reason) makes the engine unhealthy, except
  * OgaExtExecutionStatus_Interrupted (4): the operation was interrupted (see that status) and the
- * device is intact; inside OgaEngineRun the step is rolled back as Retryable and Run returns
- * without delivering events, elsewhere (engine creation) the call fails. */
+ * device is intact; inside OgaEngineRun the step is rolled back as Retryable and Run returns without
+ * delivering events, elsewhere (engine creation) the call fails. */
 typedef struct OgaExtDeviceOps {
   void* context;
   /* `bytes` of device memory (aligned to at least 64 bytes), or NULL when out of memory. */
@@ -218,12 +234,20 @@ typedef struct OgaExtModelExecutor {
    * pool from engine.dynamic_batching.gpu_utilization_factor. 0 = unknown (num_blocks required). */
   size_t bytes_per_block;
   void* model_data;
-  /* Allocates per-engine state (caches) for `geometry`. Writes a NUL-terminated reason into
-   * `message` on failure. */
+  /* Required. Allocates per-engine state (caches) for `geometry` and stores it in *engine_data, which
+   * the engine passes to execute, execute_static and close_engine. Returns Ok, or a failure with a
+   * reason in `message`: OgaCreateEngine then fails "The model executor could not prepare the
+   * engine: <reason>" and close_engine is not called (open_engine cleans up after itself). Called
+   * once per engine; one model may have several engines open at once. */
   OgaExtExecutionStatus (*open_engine)(void* model_data, const OgaExtEngineGeometry* geometry, void** engine_data,
                                        char* message, size_t message_capacity);
+  /* Required. Runs the decoder once over `inputs` (dynamic batching) and fills `outputs` (zeroed by
+   * the engine first). The status classifies a failure (see OgaExtExecutionStatus; a value above
+   * Interrupted counts as Fatal), with a reason in `message`. */
   OgaExtExecutionStatus (*execute)(void* engine_data, const OgaExtStepInputs* inputs, OgaExtStepOutputs* outputs,
                                    char* message, size_t message_capacity);
+  /* Required. Frees what open_engine allocated; called exactly once per successful open_engine, when
+   * the engine is destroyed. */
   void (*close_engine)(void* engine_data);
   /* Called once when the last reference to the model goes away. May be NULL. */
   void (*release_model)(void* model_data);
@@ -254,9 +278,14 @@ typedef struct OgaExtModelExecutor {
   const OgaExtDeviceOps* device_ops;
 } OgaExtModelExecutor;
 
-/* Creates a model from a genai_config.json document (text) and an executor. The executor table is
- * copied; model_data is owned by the model from now on (release_model frees it), also on failure.
- * Any thread. */
+/* Creates a model from a genai_config.json document (text, not a path) and an executor into *out;
+ * release with OgaDestroyModel. The table is copied (the arrays and device_ops it points to must
+ * stay valid as long as model_data); model_data belongs to the model from this call on, and on any
+ * failure it is released (release_model) before the call returns. A table without open_engine,
+ * execute or close_engine fails "executor must provide open_engine, execute and close_engine.";
+ * configuration errors read as for OgaCreateModel without the file name ("JSON Error: ... at line
+ * <l> index <i>" and whole-configuration checks). The model has no directory, so stop strings
+ * and guidance need OgaExtModelSetTokenTable. Any thread. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtCreateModelWithExecutor(const char* config_json, const OgaExtModelExecutor* executor,
                                                                   OgaModel** out);
 
@@ -341,7 +370,9 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaExtConfigGetDecoderNames(const OgaConfig* 
  * `message`; the model is then not created. */
 typedef OgaExtExecutionStatus (*OgaExtModelLoader)(const OgaExtDecoderNames* names, OgaExtModelExecutor* executor,
                                                    char* message, size_t message_capacity);
-/* Registers the loader (NULL unregisters). Any thread; models being loaded keep the previous one. */
+/* Registers the loader that OgaCreateModel / OgaCreateModelFromConfig use, for the whole process
+ * (NULL unregisters: loading then fails). Any thread; a model being loaded keeps the loader it
+ * started with. The Python package registers its own when `oga` is imported. */
 OGA_EXPORT void OGA_API_CALL OgaExtSetModelLoader(OgaExtModelLoader loader);
 
 /* The configuration's effective genai_config.json (overlays and provider edits applied) as compact
@@ -372,10 +403,13 @@ typedef struct OgaExtTokenTable {
  * `message`; the turn that needed the table then fails without effect, and the next one loads again. */
 typedef OgaExtExecutionStatus (*OgaExtTokenTableLoader)(const char* model_directory, OgaExtTokenTable* table,
                                                         char* message, size_t message_capacity);
-/* Registers the loader (NULL unregisters). Any thread. */
+/* Registers the token-table loader for the whole process (NULL unregisters: a model whose table is
+ * not loaded yet then cannot run stop strings or guidance). Any thread; tables already loaded stay. */
 OGA_EXPORT void OGA_API_CALL OgaExtSetTokenTableLoader(OgaExtTokenTableLoader loader);
-/* Sets (copies) the model's token table, replacing a loaded one for turns that begin afterwards.
- * Any thread. */
+/* Sets (copies) the model's token table, replacing a loaded one for turns that begin afterwards
+ * (running turns keep theirs). The table is checked: offsets present when count > 0, offsets[0] == 0,
+ * never decreasing, bytes present when offsets[count] > 0, count <= INT32_MAX; each violation has
+ * its own message and leaves the model's table unchanged. Any thread. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtModelSetTokenTable(OgaModel* model, const OgaExtTokenTable* table);
 
 /* Tokenizes `count` bytes of UTF-8 text with the tokenizer of the model in `model_directory`
@@ -390,14 +424,19 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaExtModelSetTokenTable(OgaModel* model, con
 #define OgaExtTokenize_Interrupted ((size_t)-1)
 typedef size_t (*OgaExtTokenizeFunction)(const char* model_directory, const uint8_t* bytes, size_t count,
                                          uint32_t* tokens, size_t capacity);
-/* Registers the tokenizer (NULL unregisters; models without a directory, or without one, use
- * llguidance's longest-match approximation). Any thread; guided turns that begin afterwards use it. */
+/* Registers the tokenizer for the whole process (NULL unregisters). Without one, and for models
+ * without a directory, guidance uses llguidance's own approximation, which forces no token; where
+ * the tokenizer fails or disagrees with the token table, the longest match over the table. Any
+ * thread; a model takes the function registered when its first guided turn begins (again after
+ * OgaExtModelSetTokenTable) and keeps it. */
 OGA_EXPORT void OGA_API_CALL OgaExtSetTokenizeFunction(OgaExtTokenizeFunction tokenize);
 
 /* Guidance runs llguidance through its C API, loaded at the first guided turn from this shared
  * library (the Python package sets the llguidance wheel's extension module when llguidance is
- * installed; environment variable OGA_LLGUIDANCE_LIBRARY overrides). NULL clears. Any thread;
- * once loaded, the library stays loaded. */
+ * installed; environment variable OGA_LLGUIDANCE_LIBRARY overrides). NULL clears. Only the path is
+ * stored here (fails only when memory runs out); loading errors -- a missing or foreign library, an
+ * llguidance that is not 1.x -- fail the BeginTurn that needs it. Any thread; once loaded, the library
+ * stays loaded for the process and later paths are ignored. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtSetGuidanceLibrary(const char* path);
 
 /* ---------------------------------------------------------------------------------------------
@@ -425,6 +464,8 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaExtSetGuidanceLibrary(const char* path);
  * decoder: one fixed state tensor per fixed binding, rows of fixed_state_row_words 8-byte words,
  * each row's input checked against the row's token history (see src/test_executor.cpp).
  * ------------------------------------------------------------------------------------------- */
+/* Creates the test model of `config_json` (text) into *out; release with OgaDestroyModel. Needs no
+ * loader and no files; configuration errors as for OgaExtCreateModelWithExecutor. Any thread. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtCreateTestModel(const char* config_json, OgaModel** out);
 
 /* Fault injection for transaction tests. Phases: where the engine consults the injector. */
@@ -452,16 +493,21 @@ typedef uint32_t OgaExtFaultPhase;
  * and _FixedStatePrepare, Interrupted makes the operation report an interruption (see
  * OgaExtExecutionStatus_Interrupted: the step is rolled back as Retryable, the engine stays
  * healthy) and any other kind the failure described above; ignored by the other phases. */
-/* Arms the fault: the next `skip` consultations of `phase` pass, then `count` fail. Arming again
- * replaces the phase's previous arming. Only test models accept faults. Any thread. */
+/* Arms the fault: the next `skip` consultations of `phase` pass, then `count` fail (count 0
+ * disarms; kind Ok fires as Retryable). Arming again replaces the phase's previous arming; engines
+ * of the model share it. Fails "Fault injection requires a test model.", "Unknown fault phase
+ * <n>." or "Unknown fault kind <n>.". Any thread. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtTestModelInjectFault(OgaModel* model, OgaExtFaultPhase phase, OgaExtExecutionStatus kind,
                                                                uint64_t skip, uint64_t count);
 
 /* ---------------------------------------------------------------------------------------------
  * Seed-era request creation: engine.create_request(params, options).
  * ------------------------------------------------------------------------------------------- */
-/* [owner] Like OgaEngineCreateRequest, with request-level search defaults taken from `params`
- * (max_length gives the default session cap; sampling settings give the default turn policy). */
+/* [owner] Like OgaEngineCreateRequest, with request-level search defaults copied from `params`
+ * instead of the model (max_length gives the default session cap; num_beams, min_length and
+ * max_length are checked as there; the sampling settings and random_seed give every turn's
+ * defaults). `params` NULL fails "params must not be null."; parameters created from another model
+ * are not refused: only their values are used. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtEngineCreateRequestWithParams(OgaEngine* engine, const OgaGeneratorParams* params,
                                                                         const OgaRequestOptions* request_options, OgaRequest** out);
 
@@ -469,33 +515,38 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaExtEngineCreateRequestWithParams(OgaEngine
  * Binding support
  * ------------------------------------------------------------------------------------------- */
 /* One opaque pointer per request handle for the language binding (Python stores its Request
- * object, borrowed). Any thread. NULL request -> no-op / NULL. */
+ * object, borrowed): the library never dereferences or frees it, and it goes with the handle
+ * (OgaDestroyRequest). Any thread (atomic). NULL request -> no-op / NULL; NULL until set. */
 OGA_EXPORT void OGA_API_CALL OgaExtRequestSetUserData(OgaRequest* request, void* user_data);
 OGA_EXPORT void* OGA_API_CALL OgaExtRequestGetUserData(const OgaRequest* request);
-/* Counts the successfully validated runs of the buffer: a view taken at generation G is stale
- * once this differs from G. NULL -> 0. Any thread (not concurrently with Run). */
+/* Counts the positive-capacity runs of the buffer that passed validation (each one invalidates the
+ * buffer's views): a view taken at generation G is stale once this differs from G. NULL -> 0. Any
+ * thread (not concurrently with Run). */
 OGA_EXPORT uint64_t OGA_API_CALL OgaExtEngineEventBufferGetGeneration(const OgaEngineEventBuffer* buffer);
-/* Slots the buffer was created with. NULL -> 0. */
+/* Slots the buffer was created with. NULL -> 0. Any thread. */
 OGA_EXPORT size_t OGA_API_CALL OgaExtEngineEventBufferGetCapacity(const OgaEngineEventBuffer* buffer);
 /* The engine's random function, Philox4x32-10 (src/random_stream.h): the four output words for
  * counter (low 32 bits, high 32 bits, 0, 0) and key (low 32 bits, high 32 bits). A request's draw n
- * under seed s is Philox4x32_10(n, s); device samplers must reproduce it. Any thread. */
+ * under seed s is Philox4x32_10(n, s); device samplers must reproduce it. NULL `out` -> no-op. Any
+ * thread. */
 OGA_EXPORT void OGA_API_CALL OgaExtPhilox4x32_10(uint64_t counter, uint64_t key, uint32_t out[4]);
-/* Path of the shared library that exports this API (for ctypes). Any thread. */
+/* Path of the shared library that exports this API (for ctypes), in static storage valid for the
+ * life of the process; "" when the system cannot tell. Any thread. */
 OGA_EXPORT const char* OGA_API_CALL OgaExtLibraryPath(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Introspection for tests and benchmarks. [owner]
  * ------------------------------------------------------------------------------------------- */
 /* Checks every engine invariant (block ownership and accounting, request/cache progress,
- * scheduler membership). Fails with a message listing every violation. */
+ * scheduler membership; seed: "Paged KV-cache ownership"). Fails "Engine invariants violated:"
+ * followed by one line per violation. Changes nothing. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtEngineCheckInvariants(const OgaEngine* engine);
 
 typedef struct OgaExtEngineCounters {
   uint64_t model_runs;          /* executor calls */
   uint64_t committed_steps;
   uint64_t rolled_back_steps;
-  uint64_t step_ns;             /* wall time inside dynamic transactions, cumulative */
+  uint64_t step_ns;             /* wall time inside transactions (and static steps), cumulative */
   uint64_t executor_ns;         /* part of step_ns spent inside the executor */
   uint64_t total_blocks;
   uint64_t free_blocks;
@@ -517,10 +568,14 @@ typedef struct OgaExtEngineCounters {
   uint64_t preemptions;
   uint64_t recomputed_tokens;
 } OgaExtEngineCounters;
+/* Copies the engine's counters into *out (caller storage). Cumulative counters count from engine
+ * creation; block and request counts are the current ones. On a static engine only model_runs,
+ * committed_steps, step_ns, executor_ns, bound_requests and retained_events move; the rest stay 0. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtEngineGetCounters(const OgaEngine* engine, OgaExtEngineCounters* out);
 
-/* The packed inputs of the last executed step (views into engine buffers, valid until the next
- * Run). num_rows == 0 before the first step. */
+/* The packed inputs of the last executed dynamic step, copied into *out: its pointers are views into
+ * engine buffers, valid until the next Run or the engine's destruction. num_rows == 0 before the
+ * first step and always on static engines. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtEngineGetLastStepInputs(const OgaEngine* engine, OgaExtStepInputs* out);
 
 /* A request's committed fixed-state slot (hybrid models). slot -1 = the request owns none. */
@@ -531,17 +586,26 @@ typedef struct OgaExtFixedStateSlot {
   uint64_t state_generation;       /* advanced by every commit that publishes the slot's state */
   uint64_t committed_tokens;       /* tokens baked into the committed state */
 } OgaExtFixedStateSlot;
+/* Copies the request's slot into *out; slot -1 (the rest zero) when the request owns none, which
+ * is also the answer for a closed request (then on any thread). */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtRequestGetFixedStateSlot(const OgaRequest* request, OgaExtFixedStateSlot* out);
 /* The committed state row of fixed tensor `tensor` of `request`: *data points into the pool's active
  * bank (valid until the next Run), *size its bytes. Host-memory pools only (an executor without
- * OgaExtDeviceOps); a device pool is refused. */
+ * OgaExtDeviceOps); a device pool is refused. Also fails for a closed request ("Cannot use a closed
+ * request."), a model without fixed state, `tensor` >= the number of fixed tensors, and a request
+ * that owns no committed state yet. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtRequestGetFixedStateRow(const OgaRequest* request, size_t tensor,
                                                                   const void** data, size_t* size);
-/* Benchmarks and tests: 1 = always gather / stage fixed state, never bind bank views directly. */
+/* Benchmarks and tests: nonzero = always gather / stage fixed state, never bind bank views directly;
+ * 0 = bind them when the rows allow (the default). Applies from the next step. Fails "This engine's
+ * model has no fixed decoder state." for other models. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtEngineSetFixedStateFallbackOnly(OgaEngine* engine, int32_t fallback_only);
 
-/* Test hook: sets the request's last assigned turn id, so turn-id exhaustion can be exercised.
- * Only for an Unassigned or TurnComplete request without pending events. */
+/* Test hook: sets the request's last assigned turn id, so turn-id exhaustion can be exercised
+ * (the next BeginTurn assigns turn_id + 1, or fails at UINT64_MAX). Only for an Unassigned or
+ * TurnComplete request without pending events ("The last turn id can only be set on an idle
+ * request without pending events."); closed requests fail "Cannot use a closed request.". Rewind
+ * targets are not adjusted. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtRequestSetLastTurnIdForTesting(OgaRequest* request, uint64_t turn_id);
 
 #ifdef __cplusplus

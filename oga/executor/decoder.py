@@ -515,7 +515,7 @@ class OnnxDecoder:
         self.cache_geometry = geometry  # (block_size, kv_heads, head_size)
         element = np.dtype(self.cache_dtype).itemsize
         ring = sum(1 for layer in n["paged_layer_ids"] if layer in self.ring_layers)
-        # A block of the full pool spans the full layers only (reference E.4: L_full); the ring
+        # A block of the full pool spans the full layers only (seed "Decoder state manifest"); the ring
         # layers' blocks come from the separate window pool.
         layer_bytes = int(np.prod(geometry)) * element * 2
         self.bytes_per_block = layer_bytes * (len(n["paged_layer_ids"]) - ring)

@@ -9,8 +9,8 @@ explicit `num_blocks` (there is no device memory to auto-size from); the CUDA ta
 A decoder with sliding-window ring layers (spec.sliding_window_layers) also gets
 `model.decoder.sliding_window = {"window_size": W, "layers": [...]}`, the
 `model.decoder.inputs.block_table_windowed` name and `search.chunk_size` (required: the engine
-sizes each request's ring from it, reference E.6). The ring layers' caches use the same
-past/present name templates as the other layers.
+sizes each request's ring from it; seed "Sliding-window paged layers"). The ring layers' caches use
+the same past/present name templates as the other layers.
 
 A hybrid decoder (spec.layer_types) lists its attention layers in the paged_kv group and its
 fixed-state layers in `fixed_conv` / `fixed_recurrent` groups (empty groups omitted). Their graph

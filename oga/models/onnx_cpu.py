@@ -1,7 +1,7 @@
 """CPU decoder graph: a Llama-family decoder with a paged KV cache in standard ONNX ops (fp32).
 
-The graph follows OGA's paged input/output contract (reference E.2), so the same model directory
-runs under oga and under onnxruntime_genai 0.18's Engine:
+The graph follows OGA's paged input/output contract (seed "One dynamic step in detail", step 8), so
+the same model directory runs under oga and under onnxruntime_genai 0.18's Engine:
 
     input_ids                    int64 [num_tokens]          packed tokens of every row
     cumulative_sequence_lengths  int32 [batch_size + 1]      row r owns tokens cu[r] .. cu[r+1]-1
@@ -24,7 +24,7 @@ row (and to the last `sliding_window` of them when the spec windows every layer:
 
 Sliding-window ring layers (spec.sliding_window_layers, a proper subset of the layers): those
 layers attend to positions p - W < k <= p only and keep their K/V in a ring instead of the full
-cache (onnxruntime-genai's windowed paged layers, reference E.6):
+cache (onnxruntime-genai's windowed paged layers, seed "Sliding-window paged layers"):
 
     block_table_windowed         int32 [batch_size, max_blocks]  entry j = the row's ring block
                                                                  j mod R (same columns as block_table)

@@ -1,11 +1,11 @@
 """CUDA decoder graph: fp16 weights and activations, attention by `com.microsoft::PagedAttention`.
 
 Same input/output contract as the CPU graph (see onnx_cpu.py) and as OGA 0.18's builder output
-with `use_paged_attention=true` (reference E.2/E.3): packed `input_ids`, `cumulative_sequence_lengths`,
-`past_sequence_lengths`, `block_table`, `attention_metadata` (int32[3], CPU memory), per-layer fp16
-caches `[num_blocks, block_size, kv_heads, head_dim]` that PagedAttention updates in place
-(`present.%d.*` alias `past_key_values.%d.*`). RoPE runs inside PagedAttention (`do_rotary=1`)
-from fp16 cos/sin tables `[context_length, head_dim / 2]`. Norms are ORT's
+with `use_paged_attention=true` (seed "One dynamic step in detail", step 8): packed `input_ids`,
+`cumulative_sequence_lengths`, `past_sequence_lengths`, `block_table`, `attention_metadata` (int32[3],
+CPU memory), per-layer fp16 caches `[num_blocks, block_size, kv_heads, head_dim]` that
+PagedAttention updates in place (`present.%d.*` alias `past_key_values.%d.*`). RoPE runs inside
+PagedAttention (`do_rotary=1`) from fp16 cos/sin tables `[context_length, head_dim / 2]`. Norms are ORT's
 `com.microsoft::SkipSimplifiedLayerNormalization` (residual add + RMSNorm in one kernel, fp32
 accumulation); only the first layer's input norm, which has no residual to add, is written in
 standard ops with an fp32 cast. Logits are float32 (cast after the fp16 LM head).

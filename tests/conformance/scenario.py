@@ -113,7 +113,7 @@ def build_model_dirs(root) -> Dict[str, Tuple[str, Optional[str]]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Sliding-window ring models (reference E.6)
+# Sliding-window ring models (seed "Sliding-window paged layers")
 # ---------------------------------------------------------------------------------------------
 # 3-layer variants of the suite's model (vocab 97, EOS 2, context 64, seed 3) whose layers 0 and 2
 # keep their K/V in a sliding-window ring (`DecoderSpec.sliding_window_layers`, layer 1 keeps the

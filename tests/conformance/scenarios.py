@@ -347,7 +347,7 @@ sc("config_overlay_bad_engine_values",
     model('{"engine": {"dynamic_batching": {"foo": 1}}}', name="m1", label="unknown key")])
 
 # ---------------------------------------------------------------------------------------------
-# Model configuration rejections (reference C.2)
+# Model configuration rejections (request creation; seed "Request lifecycle")
 # ---------------------------------------------------------------------------------------------
 sc("config_num_beams_rejected_at_create_request",
    [model('{"search": {"num_beams": 4}}'), engine_from("e4", "m"), create("r1", engine="e4")],
@@ -751,7 +751,7 @@ def _evs(recs):
 
 
 # ---------------------------------------------------------------------------------------------
-# Stop strings and guidance (reference C.5, C.6) on the "tok" model: "base" with a tokenizer
+# Stop strings and guidance (docs/onnxruntime-genai-0.18-dynamic-engine.md) on the "tok" model: "base" with a tokenizer
 # ---------------------------------------------------------------------------------------------
 # The tokenizer (tokenizer_fixture.py) gives the model's greedy tokens known texts:
 #   P_LONG -> "Hello" " wor" "ld" " ab" "c" " ab" "c" "!" " ab" "c" "!" " x" "yz" "." " (" ...
@@ -1151,7 +1151,7 @@ static("static_rewind_check_order",
         rewind("r2", 5, label="r2 unknown id"), begin("r1", [5], max_gen=2, label="continuation with two rows")])
 
 # ---------------------------------------------------------------------------------------------
-# Caller-supplied speculative drafts (reference C.17) on the "drafts" model: "base" whose decoder
+# Caller-supplied speculative drafts (seed section of that name) on the "drafts" model: "base" whose decoder
 # returns one logits row per packed token, so both libraries verify drafts
 # (max_draft_tokens_per_proposal() == 7).
 # ---------------------------------------------------------------------------------------------
@@ -1328,7 +1328,7 @@ dsc("draft_speculative_stats",
     expect=lambda recs: [e[3] for e in _evs(recs) if e[0] & TOKEN] == G_LONG[:20])
 
 # ---------------------------------------------------------------------------------------------
-# Sliding-window ring models (reference E.6; scenario.RING_MODEL_CONFIGS)
+# Sliding-window ring models (seed "Sliding-window paged layers"; scenario.RING_MODEL_CONFIGS)
 # ---------------------------------------------------------------------------------------------
 # ring4: layers 0 and 2 windowed (W 10) in a ring of 4 blocks of 4 (16 slots), C 4; ring6: W 9, C 6.
 # A 30-token prompt prefills in ceil(30 / C) steps and, with 30 generated tokens, laps the ring
