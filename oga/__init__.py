@@ -39,6 +39,8 @@ def _find_llguidance():
 _core._set_guidance_library(_find_llguidance())
 from ._core import (  # noqa: E402
     EngineErrorCode,
+    ErrorKind,
+    OgaError,
     EngineEventFlags,
     FinishReason,
     OgaEngine,
@@ -87,6 +89,7 @@ __all__ = [
     "EngineEvent",
     "EngineEventBuffer",
     "EngineEventFlags",
+    "ErrorKind",
     "FinishReason",
     "GeneratorParams",
     "Model",
@@ -94,6 +97,7 @@ __all__ = [
     "OgaEngineCapabilities",
     "OgaEngineEvent",
     "OgaEngineEventBuffer",
+    "OgaError",
     "OgaGeneratorParams",
     "OgaModel",
     "OgaRequest",

@@ -137,6 +137,17 @@ cdef extern from "oga/oga.h" nogil:
 
 
 cdef extern from "oga/oga_ext.h" nogil:
+    ctypedef uint32_t OgaExtErrorKind
+    enum:
+        OgaExtErrorKind_None
+        OgaExtErrorKind_Api
+        OgaExtErrorKind_Contract
+        OgaExtErrorKind_Retryable
+        OgaExtErrorKind_Device
+        OgaExtErrorKind_Interrupted
+        OgaExtErrorKind_OutOfMemory
+        OgaExtErrorKind_Internal
+    OgaExtErrorKind OgaExtResultGetErrorKind(const c_OgaResult* result)
     ctypedef uint32_t OgaExtExecutionStatus
     ctypedef uint32_t OgaExtLogitsType
     ctypedef uint32_t OgaExtFaultPhase

@@ -79,15 +79,37 @@ cdef str _NO_CONSTRUCTOR = "No constructor defined!"
 # Error translation
 # ---------------------------------------------------------------------------------------------
 
+class ErrorKind(enum.IntEnum):
+    """OgaExtErrorKind: the core's error type behind a failed call (include/oga/oga_ext.h)."""
+    NONE = OgaExtErrorKind_None
+    API = OgaExtErrorKind_Api
+    CONTRACT = OgaExtErrorKind_Contract
+    RETRYABLE = OgaExtErrorKind_Retryable
+    DEVICE = OgaExtErrorKind_Device
+    INTERRUPTED = OgaExtErrorKind_Interrupted
+    OUT_OF_MEMORY = OgaExtErrorKind_OutOfMemory
+    INTERNAL = OgaExtErrorKind_Internal
+
+
+class OgaError(RuntimeError):
+    """A failed core call: the C API's message, and `kind` (ErrorKind), the core's error type. A
+    RuntimeError, as onnxruntime-genai's errors are, so code that catches those keeps working."""
+
+    def __init__(self, message, kind=ErrorKind.API):
+        super().__init__(message)
+        self.kind = kind
+
+
 cdef int _raise_result(c_OgaResult* result) except -1:
     cdef const char* message = OgaResultGetError(result)
+    cdef OgaExtErrorKind kind = OgaExtResultGetErrorKind(result)
     text = message.decode("utf-8", "replace") if message != NULL else "oga: unknown error."
     OgaDestroyResult(result)
-    raise RuntimeError(text)
+    raise OgaError(text, ErrorKind(kind) if kind <= OgaExtErrorKind_Internal else ErrorKind.INTERNAL)
 
 
 cdef inline int check_result(c_OgaResult* result) except -1:
-    """Raises RuntimeError(<C message>) and destroys `result` when it is not NULL."""
+    """Raises OgaError(<C message>, kind) and destroys `result` when it is not NULL."""
     if result != NULL:
         return _raise_result(result)
     return 0

@@ -21,6 +21,10 @@
 #include "oga/oga.h"
 #include "oga/oga_ext.h"
 
+namespace oga {
+OgaResult g_out_of_memory_result{"std::bad_alloc", OgaExtErrorKind_OutOfMemory};
+}  // namespace oga
+
 using oga::ApiError;
 using oga::Guard;
 using oga::RequireNotNull;
@@ -190,7 +194,13 @@ const char* OGA_API_CALL OgaResultGetError(const OgaResult* result) {
   return result == nullptr ? nullptr : result->message.c_str();
 }
 
-void OGA_API_CALL OgaDestroyResult(OgaResult* result) { delete result; }
+void OGA_API_CALL OgaDestroyResult(OgaResult* result) {
+  if (result != &oga::g_out_of_memory_result) delete result;
+}
+
+OgaExtErrorKind OGA_API_CALL OgaExtResultGetErrorKind(const OgaResult* result) {
+  return result == nullptr ? OgaExtErrorKind_None : result->kind;
+}
 
 /* ----------------------------------------------------------------------------------------------
  * Models and generator parameters

@@ -17,6 +17,28 @@ extern "C" {
 #endif
 
 /* ---------------------------------------------------------------------------------------------
+ * Error kinds
+ *
+ * Every failed call's OgaResult carries the kind of the core's error behind it, so a binding can
+ * raise a typed error without parsing the message (the Python binding's OgaError.kind).
+ * ------------------------------------------------------------------------------------------- */
+typedef uint32_t OgaExtErrorKind;
+#define OgaExtErrorKind_None 0u        /* no failure (a NULL result) */
+#define OgaExtErrorKind_Api 1u         /* a caller mistake or an illegal state (wrong thread, closed
+                                          handle, invalid argument, an unhealthy engine's refusal):
+                                          the call changed nothing */
+#define OgaExtErrorKind_Contract 2u    /* the engine's collaborators disagreed (an internal bug) */
+#define OgaExtErrorKind_Retryable 3u   /* a step failed in a way the next attempt may not */
+#define OgaExtErrorKind_Device 4u      /* the executor's device failed an operation */
+#define OgaExtErrorKind_Interrupted 5u /* a callback reported the calling thread interrupted */
+#define OgaExtErrorKind_OutOfMemory 6u /* an allocation failed (the result is a static object that
+                                          OgaDestroyResult leaves alone) */
+#define OgaExtErrorKind_Internal 7u    /* any other exception inside the core */
+
+/* The kind of `result`'s failure; OgaExtErrorKind_None for NULL. Any thread. */
+OGA_EXPORT OgaExtErrorKind OGA_API_CALL OgaExtResultGetErrorKind(const OgaResult* result);
+
+/* ---------------------------------------------------------------------------------------------
  * Model executor interface
  *
  * The engine core never runs a model itself. It packs one step (VarlenDecoderIO layout, see
