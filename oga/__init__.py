@@ -46,6 +46,7 @@ from ._core import (  # noqa: E402
     OgaEngineCapabilities,
     OgaEngineEvent,
     OgaEngineEventBuffer,
+    OgaGenerator,
     OgaGeneratorParams,
     OgaModel,
     OgaRequest,
@@ -60,6 +61,7 @@ __version__ = "0.1.0"
 Model = OgaModel
 Config = OgaConfig
 GeneratorParams = OgaGeneratorParams
+Generator = OgaGenerator
 Engine = OgaEngine
 Request = OgaRequest
 RequestOptions = OgaRequestOptions
@@ -88,12 +90,14 @@ __all__ = [
     "EngineEventBuffer",
     "EngineEventFlags",
     "FinishReason",
+    "Generator",
     "GeneratorParams",
     "Model",
     "OgaEngine",
     "OgaEngineCapabilities",
     "OgaEngineEvent",
     "OgaEngineEventBuffer",
+    "OgaGenerator",
     "OgaGeneratorParams",
     "OgaModel",
     "OgaRequest",
@@ -138,7 +142,6 @@ __all__ += ["ElementType", "Tensor", "Tokenizer", "TokenizerStream"] + _runtime.
 from .unsupported import (  # noqa: E402
     Adapters,
     Audios,
-    Generator,
     Images,
     MtpGenerator,
     MultiModalProcessor,

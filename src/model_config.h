@@ -26,6 +26,13 @@ struct SearchConfig {
   int64_t no_repeat_ngram_size = 0;
   std::optional<uint64_t> random_seed;  // request seed basis
   int64_t chunk_size = 0;               // 0 = absent: prefill chunked only by the step budget
+  // Beam-search and cache-layout settings: stored so GeneratorParams reports them (beam search is
+  // refused by the Generator, the rest has no effect on one beam).
+  int64_t num_return_sequences = 1;
+  double length_penalty = 1.0;
+  double diversity_penalty = 0.0;
+  bool early_stopping = true;
+  bool past_present_share_buffer = true;
 };
 
 // engine.dynamic_batching.

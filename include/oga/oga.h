@@ -58,6 +58,9 @@ typedef struct OgaEngineCapabilities OgaEngineCapabilities; /* owned immutable s
 typedef struct OgaSpeculativeStats OgaSpeculativeStats;     /* owned immutable snapshot */
 typedef struct OgaStringArray OgaStringArray;
 typedef struct OgaSequences OgaSequences;
+typedef struct OgaGenerator OgaGenerator;                   /* token-by-token generation loop */
+typedef struct OgaTensor OgaTensor;                         /* n-dimensional array (Generator logits) */
+typedef struct OgaNamedTensors OgaNamedTensors;             /* never created by oga (not supported) */
 
 /* ---------------------------------------------------------------------------------------------
  * Constants: fixed-width typedefs with #defined values; never renumbered.
@@ -88,6 +91,23 @@ typedef uint32_t OgaErrorCode;
 #define OgaErrorCode_EngineContractFailure 5u     /* broken internal invariant; engine poisoned */
 #define OgaErrorCode_EngineExecutionFailure 6u    /* unrecoverable execution failure; engine poisoned */
 
+/* Element types of OgaTensor (ONNX's numbering; 0.18's OgaElementType enum has the same values). */
+typedef int32_t OgaElementType;
+#define OgaElementType_undefined 0
+#define OgaElementType_float32 1
+#define OgaElementType_uint8 2
+#define OgaElementType_int8 3
+#define OgaElementType_uint16 4
+#define OgaElementType_int16 5
+#define OgaElementType_int32 6
+#define OgaElementType_int64 7
+#define OgaElementType_string 8
+#define OgaElementType_bool 9
+#define OgaElementType_float16 10
+#define OgaElementType_float64 11
+#define OgaElementType_uint32 12
+#define OgaElementType_uint64 13
+
 /* ---------------------------------------------------------------------------------------------
  * Results
  * ------------------------------------------------------------------------------------------- */
@@ -117,13 +137,104 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaConfigSetProviderOption(OgaConfig* config,
                                                               const char* value);
 OGA_EXPORT OgaResult* OGA_API_CALL OgaCreateModelFromConfig(const OgaConfig* config, OgaModel** out);
 
-/* Seed-era request defaults (only used by OgaExtEngineCreateRequestWithParams). Any thread. */
+/* ---------------------------------------------------------------------------------------------
+ * Generator parameters: the search settings of a Generator (and of the seed-era
+ * OgaExtEngineCreateRequestWithParams). Any thread; not thread-safe per object.
+ * ------------------------------------------------------------------------------------------- */
+/* A copy of the model's search section (search.max_length defaults to context_length). */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaCreateGeneratorParams(const OgaModel* model, OgaGeneratorParams** out);
 OGA_EXPORT void OGA_API_CALL OgaDestroyGeneratorParams(OgaGeneratorParams* params);
-/* Supported names: max_length, do_sample, top_k, top_p, temperature, repetition_penalty,
- * no_repeat_ngram_size, min_length, num_beams, batch_size, random_seed. Unknown names fail. */
+/* Names (0.18's): numbers batch_size, chunk_size, diversity_penalty, length_penalty, max_length,
+ * min_length, no_repeat_ngram_size, num_beams, num_return_sequences, random_seed (negative = none),
+ * repetition_penalty, temperature, top_k, top_p (integer ones must be int32 integers); bools
+ * do_sample, early_stopping, past_present_share_buffer. Unknown names and the wrong setter fail with
+ * 0.18's texts. Values are validated when a Generator uses them. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsSetSearchNumber(OgaGeneratorParams* params, const char* name, double value);
 OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsSetSearchBool(OgaGeneratorParams* params, const char* name, bool value);
+/* "<name> is an invalid name for GetSearchNumber." / "... GetSearchBool." for names of the other kind. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsGetSearchNumber(const OgaGeneratorParams* params, const char* name, double* out);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsGetSearchBool(const OgaGeneratorParams* params, const char* name, bool* out);
+/* Whole-generation guidance: type json_schema, regex or lark_grammar (empty type clears it). The
+ * grammar is compiled when a Generator's turn begins. enable_ff_tokens (fast-forward tokens) is not
+ * supported and fails. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsSetGuidance(OgaGeneratorParams* params, const char* type, const char* data,
+                                                                 bool enable_ff_tokens);
+/* Speculative-decoding options of 0.18's Generator: not supported by oga (they fail, naming README
+ * 'Not supported by oga'). */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsSetSpeculativeNumber(OgaGeneratorParams* params, const char* name, double value);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsSetSpeculativeBool(OgaGeneratorParams* params, const char* name, bool value);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsGetSpeculativeNumber(const OgaGeneratorParams* params, const char* name, double* out);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsGetSpeculativeBool(const OgaGeneratorParams* params, const char* name, bool* out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Generator: 0.18's token-by-token loop on the engine core (src/generator.h). batch_size rows,
+ * each one sequence; every OgaGenerator_GenerateNextToken gives each unfinished row one token.
+ * Calls may come from any thread, one at a time (not concurrently), except
+ * OgaGenerator_SetRuntimeOption and OgaGenerator_IsSessionTerminated, which may run while another
+ * thread generates. Beam search (num_beams > 1) is refused at creation.
+ * ------------------------------------------------------------------------------------------- */
+/* Checks the parameters (0.18's texts: max_length within context_length, batch_size in [1, 32],
+ * num_return_sequences 1) and creates the Generator's own engine. The Generator keeps the model. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaCreateGenerator(const OgaModel* model, const OgaGeneratorParams* params,
+                                                      OgaGenerator** out);
+OGA_EXPORT void OGA_API_CALL OgaDestroyGenerator(OgaGenerator* generator);
+/* True once every row ended (EOS) or the sequences reached max_length; false before any input and
+ * for NULL. A terminated session reports true (the Python binding raises instead, as 0.18 does). */
+OGA_EXPORT bool OGA_API_CALL OgaGenerator_IsDone(OgaGenerator* generator);
+OGA_EXPORT bool OGA_API_CALL OgaGenerator_IsSessionTerminated(const OgaGenerator* generator);
+/* "terminate_session" with "1" or "0": while set, generation calls fail with "Session in Terminated
+ * state, exiting!" (a running GenerateNextToken stops before its next step). Other keys fail. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_SetRuntimeOption(OgaGenerator* generator, const char* key, const char* value);
+/* Appends input: `input_ids_count` tokens, batch_size rows of equal length (a right-padded block;
+ * the pad token after a row's last real token is not model input). Copied. For batch_size > 1 only
+ * once (until RewindTo(0)). The model runs when GenerateNextToken or GetLogits needs it. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_AppendTokens(OgaGenerator* generator, const int32_t* input_ids,
+                                                             size_t input_ids_count);
+/* One sequence per row, of any lengths (right-padded with the pad token to the longest). */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_AppendTokenSequences(OgaGenerator* generator, const OgaSequences* sequences);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_GenerateNextToken(OgaGenerator* generator);
+/* *out: borrowed array of one token per row (the last token of each sequence), valid until the
+ * next call that changes the Generator. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_GetNextTokens(const OgaGenerator* generator, const int32_t** out, size_t* out_count);
+/* Keeps the first new_length tokens (batch_size > 1: only 0, which clears every row). */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_RewindTo(OgaGenerator* generator, size_t new_length);
+/* Sequence length (every row has the same); 0 for NULL. */
+OGA_EXPORT size_t OGA_API_CALL OgaGenerator_TokenCount(const OgaGenerator* generator);
+/* Length and borrowed data of row `index` (valid until the next call that changes the Generator);
+ * 0 / NULL for NULL or an index out of range (0.18 reads past its rows). */
+OGA_EXPORT size_t OGA_API_CALL OgaGenerator_GetSequenceCount(const OgaGenerator* generator, size_t index);
+OGA_EXPORT const int32_t* OGA_API_CALL OgaGenerator_GetSequenceData(const OgaGenerator* generator, size_t index);
+/* *out: a new float32 tensor [batch_size, 1, vocab_size] (owned by the caller; OgaDestroyTensor) of
+ * every row's next-token logits; rows that ended read 0. Runs the model on pending input first. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_GetLogits(OgaGenerator* generator, OgaTensor** out);
+/* Replaces the next-token logits (float32, batch_size * vocab_size elements, any shape); the next
+ * GenerateNextToken selects from them. Only after AppendTokens or GetLogits (0.18's rule). */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_SetLogits(OgaGenerator* generator, OgaTensor* tensor);
+/* Owned snapshot (the Generator verifies no drafts: every count is 0); OgaDestroySpeculativeStats. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_GetSpeculativeStats(const OgaGenerator* generator, OgaSpeculativeStats** out);
+/* Model inputs and outputs by name, hidden states and state snapshots of 0.18's Generator: not
+ * supported by oga (each fails, naming README 'Not supported by oga'). */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_SetInputs(OgaGenerator* generator, const OgaNamedTensors* named_tensors);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_SetModelInput(OgaGenerator* generator, const char* name, OgaTensor* tensor);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_GetInput(const OgaGenerator* generator, const char* name, OgaTensor** out);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_GetOutput(const OgaGenerator* generator, const char* name, OgaTensor** out);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_SetHiddenStates(OgaGenerator* generator, OgaTensor* hidden_states);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_SnapshotState(OgaGenerator* generator);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tensors. Any thread.
+ * ------------------------------------------------------------------------------------------- */
+/* With `data`, the tensor borrows it (the caller keeps it alive and unchanged in size); with NULL,
+ * it owns zeroed storage. Dimensions must not be negative; string tensors are not supported. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaCreateTensorFromBuffer(void* data, const int64_t* shape_dims, size_t shape_dims_count,
+                                                             OgaElementType element_type, OgaTensor** out);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaTensorGetType(OgaTensor* tensor, OgaElementType* out);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaTensorGetShapeRank(OgaTensor* tensor, size_t* out);
+/* shape_dims_count must equal the rank. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaTensorGetShape(OgaTensor* tensor, int64_t* shape_dims, size_t shape_dims_count);
+/* *out: the tensor's elements, valid as long as the tensor. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaTensorGetData(OgaTensor* tensor, void** out);
+OGA_EXPORT void OGA_API_CALL OgaDestroyTensor(OgaTensor* tensor);
 
 /* ---------------------------------------------------------------------------------------------
  * Engine lifecycle
