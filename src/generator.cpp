@@ -21,7 +21,8 @@ constexpr int64_t kMaxBatchSize = 32;
 
 bool Greedy(const SearchConfig& search) { return !search.do_sample || search.top_k == 1 || search.temperature == 0; }
 
-// The sampling checks 0.18's GenerateNextToken makes (only for sampled generation); "" if none fails.
+// The sampling checks 0.18 makes when it creates a Generator (only for sampled generation); "" if
+// none fails.
 std::string SamplingError(const SearchConfig& search, size_t vocab_size) {
   if (Greedy(search)) return std::string();
   if (!(search.top_p >= 0.0 && search.top_p <= 1.0)) return "top_p must be between 0.0 and 1.0";
@@ -70,6 +71,8 @@ Generator::Generator(std::shared_ptr<Model> model, const GeneratorSettings& sett
       pad_token_id_(model_->config().pad_token_id),
       rows_(RowCount(settings.search)) {
   const SearchConfig& search = settings_.search;
+  const std::string sampling_error = SamplingError(search, vocab_size_);
+  if (!sampling_error.empty()) throw ApiError(sampling_error);
   if (!model_->config().dynamic_batching && search.chunk_size > 0) {
     throw ApiError("search.chunk_size requires dynamic batching; the static batch scheduler cannot chunk a prefill.");
   }
@@ -205,6 +208,7 @@ void Generator::AppendTokens(const int32_t* tokens, size_t count) {
   }
   appended_ = true;
   logits_valid_ = true;
+  restore_token_ = -1;
   RefreshNextTokens();
 }
 
@@ -238,13 +242,12 @@ void Generator::GenerateNextToken() {
         "GenerateNextToken called with no prior state. Please call AppendTokens, SetLogits, or SetInputs before "
         "calling GenerateNextToken.");
   }
+  RestoreRewoundToken();
   if (token_count() >= max_length_) {
     throw ApiError("GenerateNextToken called with sequence length already at max_length (" +
                    std::to_string(max_length_) + ")");
   }
   if (std::all_of(rows_.begin(), rows_.end(), [](const GeneratorRow& row) { return row.ended; })) return;
-  const std::string sampling_error = SamplingError(settings_.search, vocab_size_);
-  if (!sampling_error.empty()) throw ApiError(sampling_error);
   // Fallible work first (turns begin with their pending input), then the grants.
   for (GeneratorRow& row : rows_) {
     if (row.ended) continue;
@@ -338,15 +341,19 @@ void Generator::RewindTo(size_t length) {
   logits_valid_ = false;
   if (length == 0) {
     CloseRows();
+    restore_token_ = -1;
     appended_ = false;
     RefreshNextTokens();
     return;
   }
   if (length == token_count()) return;
+  // 0.18 keeps the first discarded token as the next token: the next call that runs the model
+  // (GenerateNextToken, GetLogits) appends it again before anything else (RestoreRewoundToken).
+  GeneratorRow& row = rows_.front();
+  restore_token_ = row.sequence[length];
   // One row (batch_size 1): its sequence is the request's tokens followed by its pending input. The
   // request keeps the first `keep` tokens; the rest of the kept sequence becomes the next turn's
   // input, at least one token, so that the model runs up to the new end.
-  GeneratorRow& row = rows_.front();
   StopTurn(row);
   size_t keep = 0;
   if (row.request && !row.request->tokens.empty()) {
@@ -356,13 +363,26 @@ void Generator::RewindTo(size_t length) {
   row.sequence.resize(length);
   row.pending.assign(row.sequence.begin() + static_cast<std::ptrdiff_t>(keep), row.sequence.end());
   row.ended = false;
-  RefreshNextTokens();
+  next_tokens_[0] = restore_token_;
+}
+
+void Generator::RestoreRewoundToken() {
+  if (restore_token_ < 0) return;
+  if (token_count() >= max_length_) {
+    throw ApiError("GenerateNextToken called with sequence length already at max_length (" +
+                   std::to_string(max_length_) + ")");
+  }
+  GeneratorRow& row = rows_.front();
+  row.sequence.push_back(restore_token_);
+  row.pending.push_back(restore_token_);
+  restore_token_ = -1;
 }
 
 void Generator::ComputeLogits() {
   if (token_count() == 0) {
     throw ApiError("No logits to compute: call AppendTokens before GetLogits or SetLogits.");
   }
+  RestoreRewoundToken();
   if (token_count() >= max_length_) {
     throw ApiError("The sequences are at max_length (" + std::to_string(max_length_) +
                    "): there are no next-token logits to compute.");

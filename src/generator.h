@@ -97,6 +97,8 @@ class Generator {
   void StopTurn(GeneratorRow& row);
   // Begins the row's next turn with its pending input.
   void BeginPendingTurn(GeneratorRow& row);
+  // After RewindTo: appends the first discarded token again (0.18's next token after a rewind).
+  void RestoreRewoundToken();
   // Makes every unfinished row hold its next-token logits.
   void ComputeLogits();
   // Runs the engine until no row awaits a token or logits, dispatching events to rows.
@@ -122,6 +124,7 @@ class Generator {
   bool generation_open_ = false;  // a GenerateNextToken granted its tokens and has not finished
   bool logits_valid_ = false;  // 0.18's "logits computed": after append_tokens or get_logits
   std::string row_failure_;    // a row's turn failed (guidance); reported by the waiting call
+  int32_t restore_token_ = -1;  // RewindTo's first discarded token, until the model next runs
   std::mutex mutex_;           // one call at a time
   std::atomic<bool> terminated_{false};
 };

@@ -162,9 +162,22 @@ def test_rewind_then_continue_follows_the_kept_prefix():
         g.rewind_to(12)
     g.rewind_to(6)
     assert g.get_sequence(0).tolist() == full[:6] and g.token_count() == 6
-    for _ in range(5):
+    # As in 0.18, the first discarded token stays the next token: the next call appends it again.
+    assert g.get_next_tokens().tolist() == [full[6]]
+    for _ in range(4):
         g.generate_next_token()
     assert g.get_sequence(0).tolist() == full
+    # ... also when it is not the model's choice, and also for get_logits.
+    g.rewind_to(9)
+    forced = np.full((1, VOCAB), -10.0, np.float32)
+    forced[0, 33] = 10.0
+    g.get_logits()
+    assert g.get_sequence(0).tolist() == full[:10]
+    g.set_logits(forced)
+    g.generate_next_token()
+    g.rewind_to(10)
+    g.generate_next_token()
+    assert g.get_sequence(0).tolist()[:11] == full[:10] + [33]
     # Rewind into the prompt, then continue with new input.
     g.rewind_to(2)
     g.append_tokens([5, 6])
@@ -354,12 +367,9 @@ def test_a_max_length_the_kv_cache_cannot_hold_is_refused():
     (dict(do_sample=True, top_k=-2), "^top_k must be 0 or greater$"),
     (dict(do_sample=True, top_k=1000), r"^top_k \(1000\) must be less than or equal to vocab_size \(64\)$"),
 ])
-def test_sampling_options_are_checked_when_generating(search, message):
-    g = make_generator(max_length=10, **search)  # 0.18 accepts them until it samples
-    g.append_tokens([5, 6])
+def test_sampling_options_are_checked_when_a_sampling_generator_is_created(search, message):
     with pytest.raises(RuntimeError, match=message):
-        g.generate_next_token()
-    assert g.token_count() == 2
+        make_generator(max_length=10, **search)
 
 
 def test_greedy_ignores_sampling_values_as_0_18_does():
