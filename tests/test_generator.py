@@ -451,3 +451,45 @@ def test_speculative_stats_and_unsupported_methods():
         params.set_guidance("regex", "a+", enable_ff_tokens=True)
     with pytest.raises(RuntimeError, match='^Unknown guidance type "bogus"'):
         params.set_guidance("bogus", "a+")
+
+
+@pytest.mark.parametrize("skip", [0, 3, 7])
+def test_an_interrupted_step_is_delivered_by_the_next_call(skip):
+    """An interruption inside a step (OgaExtExecutionStatus_Interrupted; from Python, a
+    KeyboardInterrupt) stops generate_next_token without a token; the next call delivers that
+    token, and the sequences are those of an uninterrupted run."""
+    prompts = [prompt_without_eos(12, offset=0), prompt_without_eos(12, offset=1)]
+    model = ogt.create_test_model()
+    g = make_generator(model, max_length=12, batch_size=2)
+    g.append_tokens(prompts)
+    ogt.inject_fault(model, "execute", kind="interrupted", skip=skip)
+    interrupted = 0
+    calls = 0
+    while not g.is_done():
+        calls += 1
+        try:
+            g.generate_next_token()
+        except RuntimeError as error:
+            assert str(error) == "The Generator's step was interrupted."
+            interrupted += 1
+    assert interrupted == 1 and calls == 12 - 3 + 1
+    assert [g.get_sequence(i).tolist() for i in range(2)] == [expected_row(p, 12)[0] for p in prompts]
+
+
+def test_a_retryable_step_is_retried_and_a_fatal_one_is_raised():
+    prompt = prompt_without_eos(12)
+    model = ogt.create_test_model()
+    g = make_generator(model, max_length=12)
+    g.append_tokens(prompt)
+    ogt.inject_fault(model, "execute", kind="retryable", skip=2, count=2)
+    run_to_end(g)
+    assert g.get_sequence(0).tolist() == expected_row(prompt, 12)[0]
+    model = ogt.create_test_model()
+    g = make_generator(model, max_length=12)
+    g.append_tokens(prompt)
+    ogt.inject_fault(model, "execute", kind="fatal", skip=1)
+    g.generate_next_token()
+    with pytest.raises(RuntimeError, match="no longer healthy"):
+        g.generate_next_token()
+    with pytest.raises(RuntimeError, match="no longer healthy"):
+        g.generate_next_token()

@@ -399,3 +399,37 @@ def test_generator_on_oga_paged_builds_matches_the_engine(build, request):
         generated = row[width:]
         assert generated[:len(tokens)] == tokens[:len(generated)]
         assert len(tokens) >= len(generated) or generated[len(tokens)] in eos
+
+
+def test_ctrl_c_inside_the_model_reaches_the_caller(tiny_paged_dir):
+    """A KeyboardInterrupt raised while the model runs is raised by generate_next_token; the step
+    was rolled back, and the next call delivers its token: the sequence is the uninterrupted one."""
+    from oga import onnx_executor
+
+    class InterruptedSession:
+        def __init__(self, session):
+            self._session, self.interrupted = session, False
+
+        def run_with_iobinding(self, binding):
+            if not self.interrupted:
+                self.interrupted = True
+                raise KeyboardInterrupt()
+            return self._session.run_with_iobinding(binding)
+
+        def __getattr__(self, name):
+            return getattr(self._session, name)
+
+    clean = greedy(og, tiny_paged_dir, "tiny-fp32-paged")[0]
+    before = set(map(id, onnx_executor.OnnxEngineExecutor.live))
+    g = generator(og, tiny_paged_dir, max_length=len(TINY_PROMPT) + 24)
+    [executor] = [e for e in onnx_executor.OnnxEngineExecutor.live if id(e) not in before]
+    g.append_tokens(np.array(TINY_PROMPT, np.int32))
+    for _ in range(3):
+        g.generate_next_token()
+    executor.session = InterruptedSession(executor.session)
+    with pytest.raises(KeyboardInterrupt):
+        g.generate_next_token()
+    assert g.token_count() == len(TINY_PROMPT) + 3
+    while not g.is_done():
+        g.generate_next_token()
+    assert sequences(g) == clean
