@@ -83,6 +83,20 @@ cdef extern from "oga/oga.h" nogil:
     c_OgaResult* OgaGenerator_SetHiddenStates(c_OgaGenerator* generator, c_OgaTensor* hidden_states)
     c_OgaResult* OgaGenerator_SnapshotState(c_OgaGenerator* generator)
 
+    # The step API of onnxruntime-genai 0.10-0.15
+    c_OgaResult* OgaCreateRequest(const c_OgaGeneratorParams* params, c_OgaRequest** out)
+    c_OgaResult* OgaRequestAddTokens(c_OgaRequest* request, const c_OgaSequences* tokens)
+    c_OgaResult* OgaRequestContinue(c_OgaRequest* request, const c_OgaSequences* tokens)
+    c_OgaResult* OgaRequestHasUnseenTokens(const c_OgaRequest* request, cbool* out)
+    c_OgaResult* OgaRequestGetUnseenToken(c_OgaRequest* request, int32_t* out)
+    c_OgaResult* OgaRequestIsDone(const c_OgaRequest* request, cbool* out)
+    c_OgaResult* OgaRequestIsTurnComplete(const c_OgaRequest* request, cbool* out)
+    c_OgaResult* OgaRequestSetOpaqueData(c_OgaRequest* request, void* data)
+    c_OgaResult* OgaRequestGetOpaqueData(c_OgaRequest* request, void** out)
+    c_OgaResult* OgaEngineAddRequest(c_OgaEngine* engine, c_OgaRequest* request)
+    c_OgaResult* OgaEngineRemoveRequest(c_OgaEngine* engine, c_OgaRequest* request)
+    c_OgaResult* OgaEngineStep(c_OgaEngine* engine, c_OgaRequest** out)
+
     # Tensors
     c_OgaResult* OgaCreateTensorFromBuffer(void* data, const int64_t* shape_dims, size_t shape_dims_count,
                                            OgaElementType element_type, c_OgaTensor** out)
@@ -401,6 +415,7 @@ cdef class OgaGeneratorParams:
 cdef class OgaEngine:
     cdef c_OgaEngine* _ptr
     cdef dict _compat_buffers
+    cdef dict _step_requests
 
 cdef class OgaGenerator:
     cdef c_OgaGenerator* _ptr
@@ -408,6 +423,7 @@ cdef class OgaGenerator:
 
 cdef class OgaRequest:
     cdef c_OgaRequest* _ptr
+    cdef object _opaque
 
 cdef class OgaRequestOptions:
     cdef c_OgaRequestOptions* _ptr

@@ -517,6 +517,7 @@ cdef class OgaEngine:
         if model._ptr == NULL:
             _raise_dead("Model")
         self._compat_buffers = {}
+        self._step_requests = {}
         with nogil:
             result = OgaCreateEngine(model._ptr, &engine)
         if result == NULL:
@@ -629,6 +630,50 @@ cdef class OgaEngine:
         check_result(OgaEngineGetSpeculativeStats(self._ptr, &stats))
         return _speculative_stats_dict(stats)
 
+    # The step API of onnxruntime-genai 0.10-0.15 (og.Request(params)); see include/oga/oga.h.
+
+    def add_request(self, OgaRequest request not None):
+        """OgaEngineAddRequest (GIL released): any thread; from another thread the request is queued
+        for the owner thread, which admits it at its next step() or has_pending_requests(). The
+        engine keeps the request object until it is removed."""
+        cdef c_OgaResult* result
+        if self._ptr == NULL:
+            _raise_dead("Engine")
+        if request._ptr == NULL:
+            _raise_dead("Request")
+        with nogil:
+            result = OgaEngineAddRequest(self._ptr, request._ptr)
+        _check_callbacks(result)
+        self._step_requests[id(request)] = request
+
+    def remove_request(self, OgaRequest request not None):
+        """OgaEngineRemoveRequest: stops the request and frees its cache (any thread)."""
+        cdef c_OgaResult* result
+        if self._ptr == NULL:
+            _raise_dead("Engine")
+        if request._ptr == NULL:
+            _raise_dead("Request")
+        with nogil:
+            result = OgaEngineRemoveRequest(self._ptr, request._ptr)
+        check_result(result)
+        self._step_requests.pop(id(request), None)
+
+    def step(self):
+        """OgaEngineStep (GIL released): the next Request with unseen tokens, or None when idle."""
+        cdef c_OgaRequest* ready = NULL
+        cdef c_OgaResult* result
+        cdef void* owner
+        if self._ptr == NULL:
+            _raise_dead("Engine")
+        with nogil:
+            result = OgaEngineStep(self._ptr, &ready)
+        if result != NULL or _interrupted_threads != 0:
+            _check_callbacks(result)
+        if ready == NULL:
+            return None
+        owner = OgaExtRequestGetUserData(ready)
+        return <object>owner if owner != NULL else None
+
     def max_draft_tokens_per_proposal(self):
         """OgaEngineMaxDraftTokensPerProposal."""
         cdef size_t out = 0
@@ -677,8 +722,12 @@ cdef class OgaGenerator:
         _check_callbacks(result)
 
     def __dealloc__(self):
-        OgaDestroyGenerator(self._ptr)
+        # Without the GIL: a Generator on a shared engine (engine.shared_generators) waits for the
+        # engine's owner thread, whose step may be running the Python executor.
+        cdef c_OgaGenerator* generator = self._ptr
         self._ptr = NULL
+        with nogil:
+            OgaDestroyGenerator(generator)
 
     cdef int _alive(self) except -1:
         if self._ptr == NULL:
@@ -852,11 +901,103 @@ cdef OgaRequest _wrap_request(c_OgaRequest* request):
 
 
 cdef class OgaRequest:
-    """One conversation bound to an Engine (the request's one external OgaRequest* handle).
-    Created by Engine.create_request only."""
+    """One conversation bound to an Engine (the request's one external OgaRequest* handle), made
+    by Engine.create_request; or, as OGA 0.10-0.15 made them, Request(generator_params) for the
+    step API (add_tokens, engine.add_request, engine.step(), get_unseen_token, ...)."""
 
     def __init__(self, *args, **kwargs):
-        raise TypeError(_NO_CONSTRUCTOR)
+        """OgaCreateRequest(params) for Request(params); any other form raises TypeError (0.18's
+        Request has no public constructor)."""
+        cdef c_OgaRequest* request = NULL
+        if len(args) != 1 or kwargs or not isinstance(args[0], OgaGeneratorParams):
+            raise TypeError(_NO_CONSTRUCTOR)
+        if self._ptr != NULL:
+            raise RuntimeError("Request is already initialised.")
+        params = <OgaGeneratorParams>args[0]
+        if params._ptr == NULL:
+            _raise_dead("GeneratorParams")
+        check_result(OgaCreateRequest(params._ptr, &request))
+        self._ptr = request
+        OgaExtRequestSetUserData(request, <void*>self)
+
+    def _step_tokens(self, tokens, bint continuation):
+        cdef int32_t small[_SMALL_TOKENS]
+        cdef int32_t none_token = 0
+        cdef TokenSpan span
+        cdef c_OgaSequences* sequences = NULL
+        cdef c_OgaResult* result
+        if self._ptr == NULL:
+            _raise_dead("Request")
+        keep_alive = _tokens_to_span(tokens, &span, small)
+        try:
+            check_result(OgaCreateSequences(&sequences))
+            check_result(OgaAppendTokenSequence(span.data if span.data != NULL else &none_token, span.count,
+                                                sequences))
+            with nogil:
+                if continuation:
+                    result = OgaRequestContinue(self._ptr, sequences)
+                else:
+                    result = OgaRequestAddTokens(self._ptr, sequences)
+            _check_callbacks(result)
+        finally:
+            OgaDestroySequences(sequences)
+            _release_span(&span)
+
+    def add_tokens(self, tokens):
+        """OgaRequestAddTokens: the prompt before engine.add_request, or a continuation once the
+        turn is complete (step API). `tokens`: 1-D array-like of int32 token ids."""
+        self._step_tokens(tokens, False)
+
+    def continue_with(self, tokens):
+        """OgaRequestContinue: the next turn's input once the current turn is complete."""
+        self._step_tokens(tokens, True)
+
+    def has_unseen_tokens(self):
+        """OgaRequestHasUnseenTokens."""
+        cdef cbool out = False
+        if self._ptr == NULL:
+            _raise_dead("Request")
+        check_result(OgaRequestHasUnseenTokens(self._ptr, &out))
+        return out
+
+    def get_unseen_token(self):
+        """OgaRequestGetUnseenToken: the next generated token not read yet."""
+        cdef int32_t token = 0
+        if self._ptr == NULL:
+            _raise_dead("Request")
+        check_result(OgaRequestGetUnseenToken(self._ptr, &token))
+        return token
+
+    def is_done(self):
+        """OgaRequestIsDone: the turn ended (EOS or max_length) or the request was removed."""
+        cdef cbool out = False
+        if self._ptr == NULL:
+            _raise_dead("Request")
+        check_result(OgaRequestIsDone(self._ptr, &out))
+        return out
+
+    def is_turn_complete(self):
+        """OgaRequestIsTurnComplete."""
+        cdef cbool out = False
+        if self._ptr == NULL:
+            _raise_dead("Request")
+        check_result(OgaRequestIsTurnComplete(self._ptr, &out))
+        return out
+
+    def set_opaque_data(self, data):
+        """OgaRequestSetOpaqueData with the object itself; the Request keeps it alive."""
+        if self._ptr == NULL:
+            _raise_dead("Request")
+        check_result(OgaRequestSetOpaqueData(self._ptr, <void*>data if data is not None else NULL))
+        self._opaque = data
+
+    def get_opaque_data(self):
+        """OgaRequestGetOpaqueData: the object set_opaque_data stored, or None."""
+        cdef void* data = NULL
+        if self._ptr == NULL:
+            _raise_dead("Request")
+        check_result(OgaRequestGetOpaqueData(self._ptr, &data))
+        return <object>data if data != NULL else None
 
     def __dealloc__(self):
         if self._ptr != NULL:

@@ -98,8 +98,11 @@ class Engine {
   // A Generator's private engine follows whichever thread calls the Generator (0.18's Generator has
   // no thread affinity); the Generator's lock orders those calls, so one thread owns it at a time.
   void AdoptOwnerThread() { owner_ = std::this_thread::get_id(); }
+  bool IsOwnerThread() const { return std::this_thread::get_id() == owner_; }
   // Rethrows the stored fatal error of a poisoned engine.
   void ThrowIfUnhealthy() const;
+  bool healthy() const { return !unhealthy_; }
+  const std::string& fatal_message() const { return fatal_message_; }
 
   std::shared_ptr<Request> CreateRequest(const OgaRequestOptions* options, const SearchConfig& search);
   uint64_t BeginTurn(Request& request, const OgaTurnOptions* options, const int32_t* input_ids, uint64_t count);
@@ -298,7 +301,12 @@ class Engine {
 
 }  // namespace oga
 
-// C handle.
+namespace oga {
+class StepDriver;
+}
+
+// C handle. `steps` serves the step API's requests on this engine (step_requests.h).
 struct OgaEngine {
   std::shared_ptr<oga::Engine> engine;
+  std::shared_ptr<oga::StepDriver> steps;
 };

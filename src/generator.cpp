@@ -6,6 +6,7 @@
 
 #include "errors.h"
 #include "events.h"
+#include "generator_host.h"
 #include "mix64.h"
 #include "turn_options.h"
 
@@ -88,17 +89,27 @@ Generator::Generator(std::shared_ptr<Model> model, const GeneratorSettings& sett
     request_search_.top_p = 1.0;
     request_search_.top_k = 0;
   }
-  // The engine holds what this Generator can use and no more, as 0.18 allocates per Generator: a
-  // block table's worth of KV blocks per row, and token selection shared by at most one thread per row.
-  EngineSizing sizing;
-  sizing.min_batch_size = rows_.size();
-  sizing.static_max_length = max_length_;
-  sizing.selection_participants = rows_.size();
-  if (const auto& batching = model_->config().dynamic_batching) {
-    const size_t block_size = static_cast<size_t>(std::max<int64_t>(batching->block_size, 1));
-    sizing.max_blocks = rows_.size() * ((max_length_ + block_size - 1) / block_size);
+  for (GeneratorRow& row : rows_) row.owner = this;
+  if (model_->config().shared_generators) {
+    // engine.shared_generators: the rows are requests of the model's one shared engine.
+    host_ = GeneratorHost::Of(model_);
+    engine_ = &host_->engine();
+  } else {
+    // The Generator's own engine holds what it can use and no more, as 0.18 allocates per
+    // Generator: a block table's worth of KV blocks per row, one selection thread per row at most.
+    EngineSizing sizing;
+    sizing.min_batch_size = rows_.size();
+    sizing.static_max_length = max_length_;
+    sizing.selection_participants = rows_.size();
+    if (const auto& batching = model_->config().dynamic_batching) {
+      const size_t block_size = static_cast<size_t>(std::max<int64_t>(batching->block_size, 1));
+      sizing.max_blocks = rows_.size() * ((max_length_ + block_size - 1) / block_size);
+    }
+    own_engine_ = Engine::Create(model_, sizing);
+    engine_ = own_engine_.get();
+    // One event per row and step, plus engine-level events: a Run never retains events.
+    buffer_ = std::make_unique<OgaEngineEventBuffer>(engine_->id(), rows_.size() * 2 + 8);
   }
-  engine_ = Engine::Create(model_, sizing);
   if (!engine_->static_batching() && max_length_ > engine_->max_request_length()) {
     throw ApiError("max_length (" + std::to_string(max_length_) +
                    ") exceeds the longest sequence the engine's KV cache holds (max_request_length " +
@@ -106,18 +117,37 @@ Generator::Generator(std::shared_ptr<Model> model, const GeneratorSettings& sett
                    " = min(context_length, num_blocks * block_size + 1)). Lower max_length or raise "
                    "engine.dynamic_batching.num_blocks.");
   }
-  // One event per row and step, plus engine-level events: a Run never retains events.
-  buffer_ = std::make_unique<OgaEngineEventBuffer>(engine_->id(), rows_.size() * 2 + 8);
   for (GeneratorRow& row : rows_) {
     row.sequence.reserve(max_length_);
     row.pending.reserve(max_length_);
   }
   next_tokens_.assign(rows_.size(), 0);
   logits_.assign(rows_.size() * vocab_size_, 0.0f);
+  if (host_) host_->Attach(this);
 }
 
 Generator::~Generator() {
-  if (engine_) engine_->Teardown();
+  if (host_) {
+    // The rows leave the shared engine (their caches go back to it) before the Generator goes.
+    try {
+      host_->Call([this] { CloseRows(); });
+    } catch (...) {
+      // The engine is shutting down or failed: its teardown closes the requests.
+    }
+    host_->Detach(this);
+  } else if (own_engine_) {
+    own_engine_->Teardown();
+  }
+}
+
+template <typename Work>
+void Generator::OnEngine(Work&& work) {
+  if (host_) {
+    host_->Call(work);
+  } else {
+    engine_->AdoptOwnerThread();
+    work();
+  }
 }
 
 void Generator::CheckNotTerminated() const {
@@ -144,6 +174,10 @@ void Generator::StopTurn(GeneratorRow& row) {
   if (!row.request || !row.request->executable()) return;
   engine_->CancelTurn(*row.request, row.request->turn_id);
   // Deliver the cancellation (and nothing else: the queue holds only retained events, so no step runs).
+  if (host_) {
+    host_->DeliverRetained();
+    return;
+  }
   while (engine_->retained_event_count() > 0) {
     engine_->Run(*buffer_);
     for (size_t i = 0; i < buffer_->count; ++i) Dispatch(buffer_->slots[i]);
@@ -166,10 +200,13 @@ void Generator::BeginPendingTurn(GeneratorRow& row) {
 
 void Generator::AppendTokens(const int32_t* tokens, size_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
-  engine_->AdoptOwnerThread();
   CheckNotTerminated();
-  CheckHealthy();
   CompleteInterrupted();
+  OnEngine([&] { AppendOnEngine(tokens, count); });
+}
+
+void Generator::AppendOnEngine(const int32_t* tokens, size_t count) {
+  CheckHealthy();
   if (count == 0) throw ApiError("input_ids is empty");
   const size_t rows = rows_.size();
   if (count % rows != 0) {
@@ -227,16 +264,24 @@ void Generator::AppendTokenSequences(const std::vector<std::vector<int32_t>>& se
 
 void Generator::GenerateNextToken() {
   std::lock_guard<std::mutex> lock(mutex_);
-  engine_->AdoptOwnerThread();
   CheckNotTerminated();
-  CheckHealthy();
   if (generation_open_) {
     // The previous call was interrupted between steps: this call delivers its token.
+    OnEngine([this] { CheckHealthy(); });
     Drive();
     FinishGeneration();
     return;
   }
   CompleteInterrupted();
+  bool granted = false;
+  OnEngine([&] { granted = GrantTokens(); });
+  if (!granted) return;
+  Drive();
+  FinishGeneration();
+}
+
+bool Generator::GrantTokens() {
+  CheckHealthy();
   if (token_count() == 0) {
     throw ApiError(
         "GenerateNextToken called with no prior state. Please call AppendTokens, SetLogits, or SetInputs before "
@@ -247,7 +292,7 @@ void Generator::GenerateNextToken() {
     throw ApiError("GenerateNextToken called with sequence length already at max_length (" +
                    std::to_string(max_length_) + ")");
   }
-  if (std::all_of(rows_.begin(), rows_.end(), [](const GeneratorRow& row) { return row.ended; })) return;
+  if (std::all_of(rows_.begin(), rows_.end(), [](const GeneratorRow& row) { return row.ended; })) return false;
   // Fallible work first (turns begin with their pending input), then the grants.
   for (GeneratorRow& row : rows_) {
     if (row.ended) continue;
@@ -267,8 +312,7 @@ void Generator::GenerateNextToken() {
       engine_->AllowTokens(*row.request, 1);
     }
   }
-  Drive();
-  FinishGeneration();
+  return true;
 }
 
 void Generator::FinishGeneration() {
@@ -295,10 +339,7 @@ void Generator::FinishGeneration() {
 }
 
 void Generator::CompleteInterrupted() {
-  const bool awaiting = std::any_of(rows_.begin(), rows_.end(), [](const GeneratorRow& row) {
-    return row.awaiting_token || row.awaiting_logits;
-  });
-  if (!awaiting && !generation_open_) return;
+  if (!Awaiting() && !generation_open_) return;
   Drive();
   if (generation_open_) FinishGeneration();
 }
@@ -331,9 +372,12 @@ void Generator::CloseRows() {
 
 void Generator::RewindTo(size_t length) {
   std::lock_guard<std::mutex> lock(mutex_);
-  engine_->AdoptOwnerThread();
-  CheckHealthy();
   CompleteInterrupted();
+  OnEngine([&] { RewindOnEngine(length); });
+}
+
+void Generator::RewindOnEngine(size_t length) {
+  CheckHealthy();
   if (rows_.size() > 1 && length != 0) {
     throw ApiError("RewindToLength must be called with new_length=0 when batch_size > 1");
   }
@@ -379,6 +423,12 @@ void Generator::RestoreRewoundToken() {
 }
 
 void Generator::ComputeLogits() {
+  OnEngine([this] { RequestLogits(); });
+  Drive();
+}
+
+void Generator::RequestLogits() {
+  CheckHealthy();
   if (token_count() == 0) {
     throw ApiError("No logits to compute: call AppendTokens before GetLogits or SetLogits.");
   }
@@ -398,13 +448,10 @@ void Generator::ComputeLogits() {
     engine_->HoldLogits(*row.request);
     row.awaiting_logits = true;
   }
-  Drive();
 }
 
 const std::vector<float>& Generator::GetLogits() {
   std::lock_guard<std::mutex> lock(mutex_);
-  engine_->AdoptOwnerThread();
-  CheckHealthy();
   CompleteInterrupted();
   ComputeLogits();
   for (size_t r = 0; r < rows_.size(); ++r) {
@@ -422,8 +469,6 @@ const std::vector<float>& Generator::GetLogits() {
 
 void Generator::SetLogits(const float* logits, size_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
-  engine_->AdoptOwnerThread();
-  CheckHealthy();
   CompleteInterrupted();
   if (!logits_valid_) {
     throw ApiError(
@@ -448,6 +493,7 @@ void Generator::SetRuntimeOption(const std::string& key, const std::string& valu
   }
   if (value == "1") {
     terminated_.store(true, std::memory_order_release);
+    if (host_) host_->Wake();  // a call waiting for its tokens returns
   } else if (value == "0") {
     terminated_.store(false, std::memory_order_release);
   } else {
@@ -455,14 +501,33 @@ void Generator::SetRuntimeOption(const std::string& key, const std::string& valu
   }
 }
 
+bool Generator::Awaiting() const {
+  return std::any_of(rows_.begin(), rows_.end(),
+                     [](const GeneratorRow& row) { return row.awaiting_token || row.awaiting_logits; });
+}
+
+void Generator::RefreshHeldLogits() {
+  for (GeneratorRow& row : rows_) {
+    if (row.awaiting_logits && row.request && row.request->logits_held) row.awaiting_logits = false;
+  }
+}
+
 void Generator::Drive() {
+  if (host_) {
+    // The host's owner thread steps the shared engine and delivers this Generator's events.
+    host_->WaitFor([this] { return terminated() || !row_failure_.empty() || !Awaiting(); });
+    CheckNotTerminated();
+    if (!row_failure_.empty()) {
+      std::string failure = std::move(row_failure_);
+      row_failure_.clear();
+      throw ApiError(failure);
+    }
+    return;
+  }
+  // The Generator's own engine: this thread steps it.
+  engine_->AdoptOwnerThread();
   size_t idle_runs = 0;
-  auto awaiting = [this] {
-    return std::any_of(rows_.begin(), rows_.end(), [](const GeneratorRow& row) {
-      return row.awaiting_token || row.awaiting_logits;
-    });
-  };
-  while (awaiting()) {
+  while (Awaiting()) {
     CheckNotTerminated();
     const uint64_t committed = engine_->counters().committed_steps;
     engine_->Run(*buffer_);
@@ -480,9 +545,7 @@ void Generator::Drive() {
         blocked = true;
       }
     }
-    for (GeneratorRow& row : rows_) {
-      if (row.awaiting_logits && row.request && row.request->logits_held) row.awaiting_logits = false;
-    }
+    RefreshHeldLogits();
     engine_->ThrowIfUnhealthy();
     if (!row_failure_.empty()) {
       std::string failure = std::move(row_failure_);

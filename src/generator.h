@@ -36,6 +36,9 @@
 
 namespace oga {
 
+class Generator;
+class GeneratorHost;
+
 // What a Generator is created with (OgaGeneratorParams).
 struct GeneratorSettings {
   SearchConfig search;
@@ -44,6 +47,7 @@ struct GeneratorSettings {
 };
 
 struct GeneratorRow {
+  Generator* owner = nullptr;
   std::shared_ptr<Request> request;  // null before the first append and after rewind_to(0)
   std::vector<int32_t> sequence;
   std::vector<int32_t> pending;      // model input the request has not been given yet
@@ -86,6 +90,19 @@ class Generator {
   const std::vector<int32_t>& next_tokens() const { return next_tokens_; }
 
  private:
+  friend class GeneratorHost;  // delivers events and held logits to the rows (shared engine)
+
+  // Runs engine work where the engine's owner thread is: here (own engine) or on the host's.
+  template <typename Work>
+  void OnEngine(Work&& work);
+  // The engine side of the public calls (run through OnEngine).
+  void AppendOnEngine(const int32_t* tokens, size_t count);
+  bool GrantTokens();  // false when every row had ended: nothing to generate
+  void RewindOnEngine(size_t length);
+  void RequestLogits();
+  bool Awaiting() const;
+  // Rows whose logits a step held stop waiting for them.
+  void RefreshHeldLogits();
   void CheckNotTerminated() const;
   void CheckHealthy() const;
   // Finishes what an interrupted call left waiting (an interruption or a terminate_session stops a
@@ -99,9 +116,10 @@ class Generator {
   void BeginPendingTurn(GeneratorRow& row);
   // After RewindTo: appends the first discarded token again (0.18's next token after a rewind).
   void RestoreRewoundToken();
-  // Makes every unfinished row hold its next-token logits.
+  // Makes every unfinished row hold its next-token logits (RequestLogits, then Drive).
   void ComputeLogits();
-  // Runs the engine until no row awaits a token or logits, dispatching events to rows.
+  // Until no row awaits a token or logits: steps the own engine here, dispatching its events, or
+  // waits while the host's thread steps the shared one.
   void Drive();
   void Dispatch(const EngineEvent& event);
   // The end of a GenerateNextToken: rows that had ended get their pad.
@@ -115,8 +133,10 @@ class Generator {
   const size_t vocab_size_;
   const int32_t pad_token_id_;
   SearchConfig request_search_;  // what each row's request is created with
-  std::shared_ptr<Engine> engine_;
-  std::unique_ptr<OgaEngineEventBuffer> buffer_;
+  std::shared_ptr<GeneratorHost> host_;  // engine.shared_generators: the shared engine's host
+  std::shared_ptr<Engine> own_engine_;   // otherwise: the Generator's own engine
+  Engine* engine_ = nullptr;             // whichever of the two
+  std::unique_ptr<OgaEngineEventBuffer> buffer_;  // own engine only
   std::vector<GeneratorRow> rows_;
   std::vector<int32_t> next_tokens_;
   std::vector<float> logits_;

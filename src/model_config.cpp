@@ -539,6 +539,8 @@ void ParseEngineSection(const Value& engine, ModelConfig& config) {
     } else if (member.key == "static_batching") {
       config.dynamic_batching.reset();
       config.static_max_batch_size = ParseStaticBatching(RequireObject(member.value, member.key));
+    } else if (member.key == "shared_generators") {
+      config.shared_generators = ReadBool(member.value, member.key);
     } else {
       FailUnknownKey("engine", member);
     }

@@ -137,6 +137,9 @@ struct ModelConfig {
   // engine.*: dynamic batching is selected iff present with at least one recognised key.
   std::optional<DynamicBatchingConfig> dynamic_batching;
   int64_t static_max_batch_size = 4;
+  // engine.shared_generators (oga): every Generator of the model runs on one shared engine
+  // (generator_host.h) instead of an engine of its own.
+  bool shared_generators = false;
   // Test-model extras ("test_model" object), ignored by real models.
   bool test_per_token_logits = false;
   int64_t test_max_block_table_columns = 0;

@@ -24,6 +24,7 @@ namespace oga {
 
 class Engine;
 struct GeneratorRow;
+struct StepRequest;
 
 enum class RequestStatus : uint8_t {
   Unassigned,    // created, no turn yet
@@ -102,6 +103,7 @@ class Request : public std::enable_shared_from_this<Request> {
   std::vector<float> held_logits;  // vocab_size floats once logits were held
   int32_t eos_token = -1;          // the EOS id that ended the last turn (Eos), else -1
   GeneratorRow* generator_row = nullptr;  // the Generator row this request serves, if any
+  StepRequest* step_request = nullptr;    // the step-API request it runs (step_requests.h), if any
 
   // Public handle bookkeeping: the one external handle (nullptr once the caller released it).
   std::atomic<OgaRequest*> handle{nullptr};
@@ -113,9 +115,12 @@ class Request : public std::enable_shared_from_this<Request> {
 
 }  // namespace oga
 
-// C handle: the caller's one external reference.
+// C handle: the caller's one external reference. A request of the step API (OgaCreateRequest)
+// has `step` instead of `request` (its engine request is the StepRequest's, created when an
+// engine admits it).
 struct OgaRequest {
   std::shared_ptr<oga::Request> request;
+  std::shared_ptr<oga::StepRequest> step;
   std::weak_ptr<oga::Engine> engine;  // for abandonment from any thread
   std::atomic<void*> user_data{nullptr};
 };

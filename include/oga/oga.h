@@ -222,6 +222,48 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_SetHiddenStates(OgaGenerator* ge
 OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_SnapshotState(OgaGenerator* generator);
 
 /* ---------------------------------------------------------------------------------------------
+ * The step API of onnxruntime-genai 0.10-0.15 (a compatibility form on the same engine; see
+ * src/step_requests.h). A request created by OgaCreateRequest collects its prompt with
+ * OgaRequestAddTokens, is added to an engine, and reads the tokens the engine generates for it
+ * after OgaEngineStep hands it back. Such a request is used with these functions only (the turn
+ * functions above refuse it), and an engine serving such requests is driven by OgaEngineStep (its
+ * OgaEngineRun is refused). Release with OgaDestroyRequest (any thread): the engine then removes it.
+ * ------------------------------------------------------------------------------------------- */
+/* A request with the search settings of `params` (copied): max_length caps its sequence, sampling
+ * settings make its turn policy, min_length is a floor on the sequence per turn. Any thread. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaCreateRequest(const OgaGeneratorParams* params, OgaRequest** out);
+/* Any thread. Exactly one sequence. Before the request is added: its prompt. Once its turn is
+ * complete: a continuation (as OgaRequestContinue). While it waits for admission or generates:
+ * refused ("Cannot add tokens to a request that is waiting for admission to the engine." / "Cannot
+ * add tokens while the request is generating; ..."). */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaRequestAddTokens(OgaRequest* request, const OgaSequences* tokens);
+/* Any thread. The next turn's input of a request whose turn is complete (the engine keeps its cache). */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaRequestContinue(OgaRequest* request, const OgaSequences* tokens);
+/* Any thread. Generated tokens not read yet; reading one past the end fails with "All tokens have
+ * been seen." */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaRequestHasUnseenTokens(const OgaRequest* request, bool* out);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaRequestGetUnseenToken(OgaRequest* request, int32_t* out);
+/* Any thread. The current turn ended (EOS or max_length) or the request was removed (0.13's IsDone;
+ * IsTurnComplete is the later name). */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaRequestIsDone(const OgaRequest* request, bool* out);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaRequestIsTurnComplete(const OgaRequest* request, bool* out);
+/* Any thread. One pointer for the caller, never dereferenced by oga. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaRequestSetOpaqueData(OgaRequest* request, void* data);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaRequestGetOpaqueData(OgaRequest* request, void** out);
+/* Any thread. On the owner thread the request is admitted now (its errors are this call's); from
+ * another thread it is queued for the owner thread, which admits it at its next OgaEngineStep or
+ * OgaEngineHasPendingRequests. A request can be added once ("Cannot add the request to the engine
+ * since it is already assigned.") and needs tokens ("Cannot schedule a request with no tokens."). */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaEngineAddRequest(OgaEngine* engine, OgaRequest* request);
+/* Any thread (queued for the owner thread like OgaEngineAddRequest). Stops the request and releases
+ * its cache; tokens generated before stay readable, no more come. A request of another engine is
+ * refused. Idempotent. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaEngineRemoveRequest(OgaEngine* engine, OgaRequest* request);
+/* [owner] *out: the next request with unread tokens (borrowed: the caller's own handle), running
+ * one engine step when none has any; NULL when there is nothing to do. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaEngineStep(OgaEngine* engine, OgaRequest** out);
+
+/* ---------------------------------------------------------------------------------------------
  * Tensors. Any thread.
  * ------------------------------------------------------------------------------------------- */
 /* With `data`, the tensor borrows it (the caller keeps it alive and unchanged in size); with NULL,
