@@ -1,6 +1,7 @@
 #include "generator_host.h"
 
 #include <algorithm>
+#include <chrono>
 #include <future>
 #include <map>
 #include <utility>
@@ -81,13 +82,16 @@ void GeneratorHost::Loop(std::shared_ptr<Model> model, std::promise<void>* start
       if (stopping_) break;
     }
     if (RunTasks()) continue;  // the tasks may have changed what is schedulable
+    GatherLateGrants();
     const uint64_t committed = engine_->counters().committed_steps;
+    const auto step_start = std::chrono::steady_clock::now();
     try {
       engine_->Run(*buffer_);
     } catch (const std::exception& error) {
       std::lock_guard<std::mutex> lock(mutex_);
       failure_ = error.what();
     }
+    last_step_ = std::chrono::steady_clock::now() - step_start;
     Deliver();
     bool blocked = false;
     for (size_t i = 0; i < buffer_->count; ++i) {
@@ -101,6 +105,31 @@ void GeneratorHost::Loop(std::shared_ptr<Model> model, std::promise<void>* start
     }
   }
   engine_->Teardown();
+}
+
+void GeneratorHost::GatherLateGrants() {
+  // The rows that got a token in the last step are paused until their callers ask for the next
+  // one, which takes a thread wake-up and the interpreter lock. Stepping at once would leave them
+  // out of this step and batch them into the next one alone; waiting a fraction of a step for
+  // them keeps the batch whole (a Generator that stopped asking costs at most that wait, once).
+  const auto deadline = std::chrono::steady_clock::now() + last_step_ / 4;
+  for (;;) {
+    bool waiting_for_grant = false;
+    for (const std::shared_ptr<Request>& request : last_served_) {
+      if (request->paced && request->allowance == 0 && !request->hold_logits && !request->logits_held &&
+          request->executable() && request->generator_row != nullptr) {
+        waiting_for_grant = true;
+        break;
+      }
+    }
+    if (!waiting_for_grant) break;
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!work_cv_.wait_until(lock, deadline, [this] { return stopping_ || !tasks_.empty(); })) break;
+    if (stopping_) break;
+    lock.unlock();
+    RunTasks();
+  }
+  last_served_.clear();
 }
 
 bool GeneratorHost::RunTasks() {
@@ -129,6 +158,7 @@ void GeneratorHost::Deliver() {
       const EngineEvent& event = buffer_->slots[i];
       if (!event.request || event.request->generator_row == nullptr) continue;
       event.request->generator_row->owner->Dispatch(event);
+      if (event.flags & OgaEngineEventFlag_Token) last_served_.push_back(event.request);
     }
     for (Generator* generator : generators_) generator->RefreshHeldLogits();
     if (failure_.empty() && !engine_->healthy()) failure_ = engine_->fatal_message();

@@ -11,6 +11,7 @@
 // and each gets the tokens it would get alone (the engine's results do not depend on batching).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -63,6 +64,9 @@ class GeneratorHost {
   void Loop(std::shared_ptr<Model> model, std::promise<void>* started);
   // [owner] Runs the queued tasks; returns whether any ran.
   bool RunTasks();
+  // [owner] Before a step: waits (at most a quarter of the last step) for the callers of the rows
+  // the last step served to ask for their next token, so that the step takes them too.
+  void GatherLateGrants();
   // [owner] Delivers the buffer's events to the Generators their rows belong to.
   void Deliver();
 
@@ -77,6 +81,9 @@ class GeneratorHost {
   bool stopping_ = false;                // guarded by mutex_
   std::vector<class Generator*> generators_;  // guarded by mutex_
   std::string failure_;                  // the engine's fatal error; guarded by mutex_
+  // Owner thread only: the requests the last step gave a token to, and how long it took.
+  std::vector<std::shared_ptr<Request>> last_served_;
+  std::chrono::steady_clock::duration last_step_{};
 };
 
 }  // namespace oga

@@ -164,3 +164,24 @@ def test_one_engine_serves_every_generator_of_an_onnx_model(tmp_path_factory):
     alone_model = og.Model(directory)
     alone = {i: run_threads(alone_model, {i: p}, max_length=20)[i] for i, p in prompts.items()}
     assert shared == alone
+
+
+def test_sixteen_chat_threads_on_smollm2_get_their_tokens_alone(smollm2_dir):
+    """SmolLM2 (oga's standard-op fp32 paged build, whose results do not depend on the batch): 16
+    threads each running a chat Generator loop on the shared engine get exactly the tokens each
+    gets on an engine of its own."""
+    tokenizer = og.Tokenizer(og.Model(smollm2_dir))
+    questions = ["What is the capital of France?", "Name a colour.", "What is 2+2?", "Say hello.",
+                 "Who wrote Hamlet?", "What is water made of?", "Count to five.", "Name a planet.",
+                 "What is the opposite of hot?", "Give me a fruit.", "Translate 'cat' to French.",
+                 "What day comes after Monday?", "Name an ocean.", "How many legs has a spider?",
+                 "What colour is the sky?", "Spell 'dog'."]
+    prompts = {i: tokenizer.encode(tokenizer.apply_chat_template(json.dumps([{"role": "user", "content": q}]),
+                                                                 add_generation_prompt=True)).tolist()
+               for i, q in enumerate(questions)}
+    config = og.Config(smollm2_dir)
+    config.overlay('{"engine": {"shared_generators": true}}')
+    shared = run_threads(og.Model(config), prompts, max_length=64)
+    alone_model = og.Model(smollm2_dir)
+    alone = {i: run_threads(alone_model, {i: p}, max_length=64)[i] for i, p in prompts.items()}
+    assert shared == alone
