@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "errors.h"
@@ -135,6 +136,11 @@ Generator::~Generator() {
       // The engine is shutting down or failed: its teardown closes the requests.
     }
     host_->Detach(this);
+    if (host_->IsOwnerThread()) {
+      // Released from inside a step (an executor callback collected the Generator): the host must
+      // not join its own thread, so another thread drops this reference.
+      std::thread([host = std::move(host_)]() mutable { host.reset(); }).detach();
+    }
   } else if (own_engine_) {
     own_engine_->Teardown();
   }

@@ -45,6 +45,7 @@ class GeneratorHost {
   // Blocks until `ready()` holds. `ready` runs under the host's lock, after every step and every
   // Wake, so it sees the rows the owner thread delivered events to. Rethrows the engine's failure.
   void WaitFor(const std::function<bool()>& ready);
+  bool IsOwnerThread() const { return std::this_thread::get_id() == owner_; }
   // Re-evaluates the waiters (a Generator's terminate_session was set).
   void Wake();
   // [owner] Delivers retained events (after a turn was cancelled).

@@ -12,6 +12,7 @@ import pytest
 import oga as og
 from helpers import OracleSequence, prompt_without_eos
 from oga import _core, onnx_executor
+from static_models import tiny_llama_static_dir  # noqa: F401
 
 VOCAB, EOS = 64, 1
 
@@ -166,22 +167,26 @@ def test_one_engine_serves_every_generator_of_an_onnx_model(tmp_path_factory):
     assert shared == alone
 
 
-def test_sixteen_chat_threads_on_smollm2_get_their_tokens_alone(smollm2_dir):
-    """SmolLM2 (oga's standard-op fp32 paged build, whose results do not depend on the batch): 16
+def test_chat_threads_on_smollm2_get_their_tokens_alone(smollm2_dir):
+    """SmolLM2 (oga's standard-op fp32 paged build, whose results do not depend on the batch): 8
     threads each running a chat Generator loop on the shared engine get exactly the tokens each
-    gets on an engine of its own."""
+    gets on an engine of its own (bench/test_generator.py runs 16 threads on the int4 build)."""
     tokenizer = og.Tokenizer(og.Model(smollm2_dir))
     questions = ["What is the capital of France?", "Name a colour.", "What is 2+2?", "Say hello.",
-                 "Who wrote Hamlet?", "What is water made of?", "Count to five.", "Name a planet.",
-                 "What is the opposite of hot?", "Give me a fruit.", "Translate 'cat' to French.",
-                 "What day comes after Monday?", "Name an ocean.", "How many legs has a spider?",
-                 "What colour is the sky?", "Spell 'dog'."]
+                 "Who wrote Hamlet?", "What is water made of?", "Count to five.", "Name a planet."]
     prompts = {i: tokenizer.encode(tokenizer.apply_chat_template(json.dumps([{"role": "user", "content": q}]),
                                                                  add_generation_prompt=True)).tolist()
                for i, q in enumerate(questions)}
     config = og.Config(smollm2_dir)
     config.overlay('{"engine": {"shared_generators": true}}')
-    shared = run_threads(og.Model(config), prompts, max_length=64)
+    shared = run_threads(og.Model(config), prompts, max_length=56)
     alone_model = og.Model(smollm2_dir)
-    alone = {i: run_threads(alone_model, {i: p}, max_length=64)[i] for i, p in prompts.items()}
+    alone = {i: run_threads(alone_model, {i: p}, max_length=56)[i] for i, p in prompts.items()}
     assert shared == alone
+
+
+def test_a_static_model_cannot_share(tiny_llama_static_dir):
+    config = og.Config(tiny_llama_static_dir)
+    config.overlay('{"engine": {"shared_generators": true}}')
+    with pytest.raises(RuntimeError, match="engine.shared_generators needs engine.dynamic_batching"):
+        generator(og.Model(config), max_length=10)

@@ -288,7 +288,8 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaCreateEngine(OgaModel* model, OgaEngine** 
 /* Closes every bound request (surviving request handles become closed tombstones that must still
  * be destroyed), discards retained events, frees cache storage. Call on the owner thread. NULL-safe. */
 OGA_EXPORT void OGA_API_CALL OgaDestroyEngine(OgaEngine* engine);
-/* [owner] Reclaims abandoned requests, then *out = retained events exist or work is schedulable. */
+/* [owner] Reclaims abandoned requests, then *out = retained events exist or work is schedulable
+ * (also: step-API requests queued from other threads or holding unread tokens; see OgaEngineStep). */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaEngineHasPendingRequests(OgaEngine* engine, bool* out);
 /* [owner] Max caller-supplied draft tokens per proposal; 0 when unsupported. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaEngineMaxDraftTokensPerProposal(const OgaEngine* engine, size_t* out);
@@ -343,7 +344,8 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaRequestClose(OgaRequest* request);
 /* [owner] Replaces the pending speculative proposal (at most one sequence; empty clears). */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaRequestSetDraftTokens(OgaRequest* request, const OgaSequences* tokens);
 /* Any thread. Releases the external handle. The engine still holds the request and closes it at
- * its next owner-thread boundary (abandonment). NULL-safe. */
+ * its next owner-thread boundary (abandonment; a step-API request is removed at its engine's next
+ * OgaEngineStep or OgaEngineHasPendingRequests). NULL-safe. */
 OGA_EXPORT void OGA_API_CALL OgaDestroyRequest(OgaRequest* request);
 
 /* ---------------------------------------------------------------------------------------------
@@ -381,7 +383,8 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaCreateEngineEventBuffer(OgaEngine* engine,
 OGA_EXPORT void OGA_API_CALL OgaDestroyEngineEventBuffer(OgaEngineEventBuffer* buffer);
 /* [owner] Drain-or-execute: delivers retained events if any exist, otherwise runs at most one
  * transaction and delivers up to `capacity` of its events, retaining the rest. On a validation
- * failure the buffer is untouched. */
+ * failure the buffer is untouched. Refused while the engine serves step-API requests (their events
+ * are OgaEngineStep's). */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaEngineRun(OgaEngine* engine, OgaEngineEventBuffer* buffer);
 /* Any thread (not concurrently with Run). NULL -> 0. */
 OGA_EXPORT size_t OGA_API_CALL OgaEngineEventBufferGetCount(const OgaEngineEventBuffer* buffer);
