@@ -48,6 +48,7 @@ from ._core import (  # noqa: E402
     OgaEngineCapabilities,
     OgaEngineEvent,
     OgaEngineEventBuffer,
+    OgaGenerator,
     OgaGeneratorParams,
     OgaModel,
     OgaRequest,
@@ -62,6 +63,7 @@ __version__ = "0.1.0"
 Model = OgaModel
 Config = OgaConfig
 GeneratorParams = OgaGeneratorParams
+Generator = OgaGenerator
 Engine = OgaEngine
 Request = OgaRequest
 RequestOptions = OgaRequestOptions
@@ -91,6 +93,7 @@ __all__ = [
     "EngineEventFlags",
     "ErrorKind",
     "FinishReason",
+    "Generator",
     "GeneratorParams",
     "Model",
     "OgaEngine",
@@ -98,6 +101,7 @@ __all__ = [
     "OgaEngineEvent",
     "OgaEngineEventBuffer",
     "OgaError",
+    "OgaGenerator",
     "OgaGeneratorParams",
     "OgaModel",
     "OgaRequest",
@@ -142,7 +146,6 @@ __all__ += ["ElementType", "Tensor", "Tokenizer", "TokenizerStream"] + _runtime.
 from .unsupported import (  # noqa: E402
     Adapters,
     Audios,
-    Generator,
     Images,
     MtpGenerator,
     MultiModalProcessor,

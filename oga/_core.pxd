@@ -22,6 +22,10 @@ cdef extern from "oga/oga.h" nogil:
     ctypedef struct c_OgaSpeculativeStats "OgaSpeculativeStats"
     ctypedef struct c_OgaStringArray "OgaStringArray"
     ctypedef struct c_OgaSequences "OgaSequences"
+    ctypedef struct c_OgaGenerator "OgaGenerator"
+    ctypedef struct c_OgaTensor "OgaTensor"
+    ctypedef struct c_OgaNamedTensors "OgaNamedTensors"
+    ctypedef int32_t OgaElementType
 
     ctypedef uint32_t OgaFinishReason
     ctypedef uint32_t OgaEngineEventFlags
@@ -46,6 +50,61 @@ cdef extern from "oga/oga.h" nogil:
     void OgaDestroyGeneratorParams(c_OgaGeneratorParams* params)
     c_OgaResult* OgaGeneratorParamsSetSearchNumber(c_OgaGeneratorParams* params, const char* name, double value)
     c_OgaResult* OgaGeneratorParamsSetSearchBool(c_OgaGeneratorParams* params, const char* name, cbool value)
+    c_OgaResult* OgaGeneratorParamsGetSearchNumber(const c_OgaGeneratorParams* params, const char* name, double* out)
+    c_OgaResult* OgaGeneratorParamsGetSearchBool(const c_OgaGeneratorParams* params, const char* name, cbool* out)
+    c_OgaResult* OgaGeneratorParamsSetGuidance(c_OgaGeneratorParams* params, const char* type, const char* data,
+                                               cbool enable_ff_tokens)
+    c_OgaResult* OgaGeneratorParamsSetSpeculativeNumber(c_OgaGeneratorParams* params, const char* name, double value)
+    c_OgaResult* OgaGeneratorParamsGetSpeculativeNumber(const c_OgaGeneratorParams* params, const char* name,
+                                                        double* out)
+
+    # Generator
+    c_OgaResult* OgaCreateGenerator(const c_OgaModel* model, const c_OgaGeneratorParams* params,
+                                    c_OgaGenerator** out)
+    void OgaDestroyGenerator(c_OgaGenerator* generator)
+    cbool OgaGenerator_IsDone(c_OgaGenerator* generator)
+    cbool OgaGenerator_IsSessionTerminated(const c_OgaGenerator* generator)
+    c_OgaResult* OgaGenerator_SetRuntimeOption(c_OgaGenerator* generator, const char* key, const char* value)
+    c_OgaResult* OgaGenerator_AppendTokens(c_OgaGenerator* generator, const int32_t* input_ids, size_t input_ids_count)
+    c_OgaResult* OgaGenerator_AppendTokenSequences(c_OgaGenerator* generator, const c_OgaSequences* sequences)
+    c_OgaResult* OgaGenerator_GenerateNextToken(c_OgaGenerator* generator)
+    c_OgaResult* OgaGenerator_GetNextTokens(const c_OgaGenerator* generator, const int32_t** out, size_t* out_count)
+    c_OgaResult* OgaGenerator_RewindTo(c_OgaGenerator* generator, size_t new_length)
+    size_t OgaGenerator_TokenCount(const c_OgaGenerator* generator)
+    size_t OgaGenerator_GetSequenceCount(const c_OgaGenerator* generator, size_t index)
+    const int32_t* OgaGenerator_GetSequenceData(const c_OgaGenerator* generator, size_t index)
+    c_OgaResult* OgaGenerator_GetLogits(c_OgaGenerator* generator, c_OgaTensor** out)
+    c_OgaResult* OgaGenerator_SetLogits(c_OgaGenerator* generator, c_OgaTensor* tensor)
+    c_OgaResult* OgaGenerator_GetSpeculativeStats(const c_OgaGenerator* generator, c_OgaSpeculativeStats** out)
+    c_OgaResult* OgaGenerator_SetInputs(c_OgaGenerator* generator, const c_OgaNamedTensors* named_tensors)
+    c_OgaResult* OgaGenerator_SetModelInput(c_OgaGenerator* generator, const char* name, c_OgaTensor* tensor)
+    c_OgaResult* OgaGenerator_GetInput(const c_OgaGenerator* generator, const char* name, c_OgaTensor** out)
+    c_OgaResult* OgaGenerator_GetOutput(const c_OgaGenerator* generator, const char* name, c_OgaTensor** out)
+    c_OgaResult* OgaGenerator_SetHiddenStates(c_OgaGenerator* generator, c_OgaTensor* hidden_states)
+    c_OgaResult* OgaGenerator_SnapshotState(c_OgaGenerator* generator)
+
+    # The step API of onnxruntime-genai 0.10-0.15
+    c_OgaResult* OgaCreateRequest(const c_OgaGeneratorParams* params, c_OgaRequest** out)
+    c_OgaResult* OgaRequestAddTokens(c_OgaRequest* request, const c_OgaSequences* tokens)
+    c_OgaResult* OgaRequestContinue(c_OgaRequest* request, const c_OgaSequences* tokens)
+    c_OgaResult* OgaRequestHasUnseenTokens(const c_OgaRequest* request, cbool* out)
+    c_OgaResult* OgaRequestGetUnseenToken(c_OgaRequest* request, int32_t* out)
+    c_OgaResult* OgaRequestIsDone(const c_OgaRequest* request, cbool* out)
+    c_OgaResult* OgaRequestIsTurnComplete(const c_OgaRequest* request, cbool* out)
+    c_OgaResult* OgaRequestSetOpaqueData(c_OgaRequest* request, void* data)
+    c_OgaResult* OgaRequestGetOpaqueData(c_OgaRequest* request, void** out)
+    c_OgaResult* OgaEngineAddRequest(c_OgaEngine* engine, c_OgaRequest* request)
+    c_OgaResult* OgaEngineRemoveRequest(c_OgaEngine* engine, c_OgaRequest* request)
+    c_OgaResult* OgaEngineStep(c_OgaEngine* engine, c_OgaRequest** out)
+
+    # Tensors
+    c_OgaResult* OgaCreateTensorFromBuffer(void* data, const int64_t* shape_dims, size_t shape_dims_count,
+                                           OgaElementType element_type, c_OgaTensor** out)
+    c_OgaResult* OgaTensorGetType(c_OgaTensor* tensor, OgaElementType* out)
+    c_OgaResult* OgaTensorGetShapeRank(c_OgaTensor* tensor, size_t* out)
+    c_OgaResult* OgaTensorGetShape(c_OgaTensor* tensor, int64_t* shape_dims, size_t shape_dims_count)
+    c_OgaResult* OgaTensorGetData(c_OgaTensor* tensor, void** out)
+    void OgaDestroyTensor(c_OgaTensor* tensor)
 
     # Engine lifecycle
     c_OgaResult* OgaCreateEngine(c_OgaModel* model, c_OgaEngine** out)
@@ -318,6 +377,7 @@ cdef extern from "oga/oga_ext.h" nogil:
     c_OgaResult* OgaExtTestModelInjectFault(c_OgaModel* model, OgaExtFaultPhase phase, OgaExtExecutionStatus kind,
                                           uint64_t skip, uint64_t count)
 
+    c_OgaResult* OgaExtGeneratorIsDone(c_OgaGenerator* generator, cbool* out)
     c_OgaResult* OgaExtEngineCreateRequestWithParams(c_OgaEngine* engine, const c_OgaGeneratorParams* params,
                                                    const c_OgaRequestOptions* request_options, c_OgaRequest** out)
 
@@ -382,9 +442,15 @@ cdef class OgaGeneratorParams:
 cdef class OgaEngine:
     cdef c_OgaEngine* _ptr
     cdef dict _compat_buffers
+    cdef dict _step_requests
+
+cdef class OgaGenerator:
+    cdef c_OgaGenerator* _ptr
+    cdef int _alive(self) except -1
 
 cdef class OgaRequest:
     cdef c_OgaRequest* _ptr
+    cdef object _opaque
 
 cdef class OgaRequestOptions:
     cdef c_OgaRequestOptions* _ptr

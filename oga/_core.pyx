@@ -402,6 +402,45 @@ cdef class OgaGeneratorParams:
         OgaDestroyGeneratorParams(self._ptr)
         self._ptr = NULL
 
+    def get_search_options(self):
+        """Every search option (OgaGeneratorParamsGetSearchNumber / Bool) as a dict: numbers as
+        float, bools as bool, keyed like onnxruntime-genai 0.18."""
+        cdef double number
+        cdef cbool flag
+        if self._ptr == NULL:
+            _raise_dead("GeneratorParams")
+        out = {}
+        for name, is_bool in _SEARCH_OPTIONS:
+            c_name = (<str>name).encode()
+            if is_bool:
+                check_result(OgaGeneratorParamsGetSearchBool(self._ptr, c_name, &flag))
+                out[name] = flag
+            else:
+                check_result(OgaGeneratorParamsGetSearchNumber(self._ptr, c_name, &number))
+                out[name] = number
+        return out
+
+    def set_guidance(self, str type, str data, bint enable_ff_tokens=False):
+        """OgaGeneratorParamsSetGuidance: json_schema, regex or lark_grammar guidance for the
+        whole generation (enable_ff_tokens=True is not supported by oga)."""
+        if self._ptr == NULL:
+            _raise_dead("GeneratorParams")
+        check_result(OgaGeneratorParamsSetGuidance(self._ptr, type.encode("utf-8"), data.encode("utf-8"),
+                                                   enable_ff_tokens))
+
+    def set_speculative_options(self, **options):
+        """OgaGeneratorParamsSetSpeculativeNumber: not supported by oga (raises)."""
+        if self._ptr == NULL:
+            _raise_dead("GeneratorParams")
+        check_result(OgaGeneratorParamsSetSpeculativeNumber(self._ptr, b"", 0.0))
+
+    def get_speculative_options(self):
+        """OgaGeneratorParamsGetSpeculativeNumber: not supported by oga (raises)."""
+        cdef double number
+        if self._ptr == NULL:
+            _raise_dead("GeneratorParams")
+        check_result(OgaGeneratorParamsGetSpeculativeNumber(self._ptr, b"", &number))
+
     def set_search_options(self, **options):
         """Bools -> OgaGeneratorParamsSetSearchBool; numbers -> OgaGeneratorParamsSetSearchNumber."""
         cdef double number
@@ -420,6 +459,16 @@ cdef class OgaGeneratorParams:
                     raise TypeError(
                         f"Search option {name} must be a number or a bool, not {type(value).__name__}.") from None
                 check_result(OgaGeneratorParamsSetSearchNumber(self._ptr, c_name, number))
+
+
+# 0.18's search option names (alphabetical, as get_search_options lists them) and whether each is a bool.
+cdef tuple _SEARCH_OPTIONS = (
+    ("batch_size", False), ("chunk_size", False), ("diversity_penalty", False), ("do_sample", True),
+    ("early_stopping", True), ("length_penalty", False), ("max_length", False), ("min_length", False),
+    ("no_repeat_ngram_size", False), ("num_beams", False), ("num_return_sequences", False),
+    ("past_present_share_buffer", True), ("random_seed", False), ("repetition_penalty", False),
+    ("temperature", False), ("top_k", False), ("top_p", False),
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -450,6 +499,34 @@ cdef tuple _SPECULATIVE_NUMBER_KEYS = (
 )
 
 
+cdef dict _speculative_stats_dict(c_OgaSpeculativeStats* stats):
+    """Reads every key of an OgaSpeculativeStats snapshot into a dict, then destroys it."""
+    cdef uint64_t count
+    cdef double number
+    cdef cbool flag
+    cdef size_t size, i
+    out = {}
+    try:
+        for key in _SPECULATIVE_COUNT_KEYS:
+            check_result(OgaSpeculativeStatsGetCount(stats, (<str>key).encode(), &count))
+            out[key] = count
+        for key in _SPECULATIVE_BOOL_KEYS:
+            check_result(OgaSpeculativeStatsGetBool(stats, (<str>key).encode(), &flag))
+            out[key] = flag
+        for key in _SPECULATIVE_NUMBER_KEYS:
+            check_result(OgaSpeculativeStatsGetNumber(stats, (<str>key).encode(), &number))
+            out[key] = number
+        check_result(OgaSpeculativeStatsGetAcceptanceLengthHistogramSize(stats, &size))
+        histogram = []
+        for i in range(size):
+            check_result(OgaSpeculativeStatsGetAcceptanceLengthCount(stats, i, &count))
+            histogram.append(count)
+        out["acceptance_length_histogram"] = histogram
+    finally:
+        OgaDestroySpeculativeStats(stats)
+    return out
+
+
 @cython.no_gc
 cdef class OgaEngine:
     """A continuous-batching engine (OgaEngine*). The creating thread is its owner thread."""
@@ -463,6 +540,7 @@ cdef class OgaEngine:
         if model._ptr == NULL:
             _raise_dead("Model")
         self._compat_buffers = {}
+        self._step_requests = {}
         with nogil:
             result = OgaCreateEngine(model._ptr, &engine)
         if result == NULL:
@@ -568,33 +646,54 @@ cdef class OgaEngine:
     def get_speculative_stats(self):
         """OgaEngineGetSpeculativeStats, read into a dict (keys as in onnxruntime-genai 0.18)."""
         cdef c_OgaSpeculativeStats* stats = NULL
-        cdef uint64_t count
-        cdef double number
-        cdef cbool flag
-        cdef size_t size, i
         if self._ptr == NULL:
             _raise_dead("Engine")
         check_result(OgaEngineGetSpeculativeStats(self._ptr, &stats))
-        out = {}
-        try:
-            for key in _SPECULATIVE_COUNT_KEYS:
-                check_result(OgaSpeculativeStatsGetCount(stats, (<str>key).encode(), &count))
-                out[key] = count
-            for key in _SPECULATIVE_BOOL_KEYS:
-                check_result(OgaSpeculativeStatsGetBool(stats, (<str>key).encode(), &flag))
-                out[key] = flag
-            for key in _SPECULATIVE_NUMBER_KEYS:
-                check_result(OgaSpeculativeStatsGetNumber(stats, (<str>key).encode(), &number))
-                out[key] = number
-            check_result(OgaSpeculativeStatsGetAcceptanceLengthHistogramSize(stats, &size))
-            histogram = []
-            for i in range(size):
-                check_result(OgaSpeculativeStatsGetAcceptanceLengthCount(stats, i, &count))
-                histogram.append(count)
-            out["acceptance_length_histogram"] = histogram
-        finally:
-            OgaDestroySpeculativeStats(stats)
-        return out
+        return _speculative_stats_dict(stats)
+
+    # The step API of onnxruntime-genai 0.10-0.15 (og.Request(params)); see include/oga/oga.h.
+
+    def add_request(self, OgaRequest request not None):
+        """OgaEngineAddRequest (GIL released): any thread; from another thread the request is queued
+        for the owner thread, which admits it at its next step() or has_pending_requests(). The
+        engine keeps the request object until it is removed."""
+        cdef c_OgaResult* result
+        if self._ptr == NULL:
+            _raise_dead("Engine")
+        if request._ptr == NULL:
+            _raise_dead("Request")
+        with nogil:
+            result = OgaEngineAddRequest(self._ptr, request._ptr)
+        _check_callbacks(result)
+        self._step_requests[id(request)] = request
+
+    def remove_request(self, OgaRequest request not None):
+        """OgaEngineRemoveRequest: stops the request and frees its cache (any thread)."""
+        cdef c_OgaResult* result
+        if self._ptr == NULL:
+            _raise_dead("Engine")
+        if request._ptr == NULL:
+            _raise_dead("Request")
+        with nogil:
+            result = OgaEngineRemoveRequest(self._ptr, request._ptr)
+        check_result(result)
+        self._step_requests.pop(id(request), None)
+
+    def step(self):
+        """OgaEngineStep (GIL released): the next Request with unseen tokens, or None when idle."""
+        cdef c_OgaRequest* ready = NULL
+        cdef c_OgaResult* result
+        cdef void* owner
+        if self._ptr == NULL:
+            _raise_dead("Engine")
+        with nogil:
+            result = OgaEngineStep(self._ptr, &ready)
+        if result != NULL or _interrupted_threads != 0:
+            _check_callbacks(result)
+        if ready == NULL:
+            return None
+        owner = OgaExtRequestGetUserData(ready)
+        return <object>owner if owner != NULL else None
 
     def max_draft_tokens_per_proposal(self):
         """OgaEngineMaxDraftTokensPerProposal."""
@@ -603,6 +702,211 @@ cdef class OgaEngine:
             _raise_dead("Engine")
         check_result(OgaEngineMaxDraftTokensPerProposal(self._ptr, &out))
         return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Generator
+# ---------------------------------------------------------------------------------------------
+
+cdef object _generator_tokens(object tokens):
+    """append_tokens' argument as one contiguous int32 array: an og.Tensor (encode_batch) or any
+    1-D or 2-D array-like of token ids (a 2-D [batch_size, length] block is read row by row)."""
+    as_numpy = getattr(tokens, "as_numpy", None)
+    if as_numpy is not None and not isinstance(tokens, np.ndarray):
+        tokens = as_numpy()
+    arr = np.asarray(tokens)
+    if arr.ndim == 2:
+        arr = arr.reshape(-1)
+    elif arr.ndim != 1:
+        raise ValueError(f"tokens must be a 1-D or 2-D [batch_size, sequence_length] array, not {arr.ndim}-D.")
+    return _tokens_to_int32_array(arr)
+
+
+cdef class OgaGenerator:
+    """onnxruntime-genai 0.18's Generator on the engine core (OgaGenerator*): batch_size sequences,
+    one token each per generate_next_token. See include/oga/oga.h."""
+
+    def __init__(self, OgaModel model not None, OgaGeneratorParams params not None):
+        """OgaCreateGenerator (GIL released: it creates the Generator's engine)."""
+        cdef c_OgaGenerator* generator = NULL
+        cdef c_OgaResult* result
+        if self._ptr != NULL:
+            raise RuntimeError("Generator is already initialised.")
+        if model._ptr == NULL:
+            _raise_dead("Model")
+        if params._ptr == NULL:
+            _raise_dead("GeneratorParams")
+        with nogil:
+            result = OgaCreateGenerator(model._ptr, params._ptr, &generator)
+        if result == NULL:
+            self._ptr = generator  # released by __dealloc__ if an interruption is raised below
+        _check_callbacks(result)
+
+    def __dealloc__(self):
+        # Without the GIL: a Generator on a shared engine (engine.shared_generators) waits for the
+        # engine's owner thread, whose step may be running the Python executor.
+        cdef c_OgaGenerator* generator = self._ptr
+        self._ptr = NULL
+        with nogil:
+            OgaDestroyGenerator(generator)
+
+    cdef int _alive(self) except -1:
+        if self._ptr == NULL:
+            _raise_dead("Generator")
+        return 0
+
+    def append_tokens(self, tokens):
+        """OgaGenerator_AppendTokens (GIL released). `tokens`: a 1-D array of token ids, a 2-D
+        [batch_size, length] block (right-padded, as encode_batch returns), or an og.Tensor."""
+        cdef const int32_t[::1] view
+        cdef const int32_t* data = NULL
+        cdef size_t count
+        cdef c_OgaResult* result
+        self._alive()
+        view = _generator_tokens(tokens)
+        count = view.shape[0]
+        if count > 0:
+            data = &view[0]
+        with nogil:
+            result = OgaGenerator_AppendTokens(self._ptr, data, count)
+        _check_callbacks(result)
+
+    def generate_next_token(self):
+        """OgaGenerator_GenerateNextToken (GIL released). A KeyboardInterrupt raised while the model
+        runs reaches the caller; the interrupted token is then delivered by the next call."""
+        cdef c_OgaResult* result
+        self._alive()
+        with nogil:
+            result = OgaGenerator_GenerateNextToken(self._ptr)
+        _check_callbacks(result)
+
+    def is_done(self):
+        """OgaExtGeneratorIsDone: every sequence ended (EOS) or reached max_length."""
+        cdef cbool done = False
+        self._alive()
+        check_result(OgaExtGeneratorIsDone(self._ptr, &done))
+        return done
+
+    def token_count(self):
+        """OgaGenerator_TokenCount: the sequence length."""
+        self._alive()
+        return OgaGenerator_TokenCount(self._ptr)
+
+    def get_sequence(self, size_t index):
+        """OgaGenerator_GetSequenceData: a copy of sequence `index` as an int32 array."""
+        cdef size_t count
+        cdef const int32_t* data
+        self._alive()
+        data = OgaGenerator_GetSequenceData(self._ptr, index)
+        if data == NULL:
+            raise IndexError(f"Sequence index {index} is out of range.")
+        count = OgaGenerator_GetSequenceCount(self._ptr, index)
+        return _copy_array(data, count, _INT32)
+
+    def get_next_tokens(self):
+        """OgaGenerator_GetNextTokens: a copy of the last token of every sequence."""
+        cdef const int32_t* data = NULL
+        cdef size_t count = 0
+        self._alive()
+        check_result(OgaGenerator_GetNextTokens(self._ptr, &data, &count))
+        return _copy_array(data, count, _INT32)
+
+    def rewind_to(self, size_t new_length):
+        """OgaGenerator_RewindTo (GIL released)."""
+        cdef c_OgaResult* result
+        self._alive()
+        with nogil:
+            result = OgaGenerator_RewindTo(self._ptr, new_length)
+        _check_callbacks(result)
+
+    def get_logits(self):
+        """OgaGenerator_GetLogits (GIL released): float32 [batch_size, 1, vocab_size]."""
+        cdef c_OgaTensor* tensor = NULL
+        cdef c_OgaResult* result
+        cdef size_t rank = 0
+        cdef int64_t shape[3]
+        cdef void* data = NULL
+        self._alive()
+        with nogil:
+            result = OgaGenerator_GetLogits(self._ptr, &tensor)
+        _check_callbacks(result)
+        try:
+            check_result(OgaTensorGetShapeRank(tensor, &rank))
+            if rank != 3:
+                raise RuntimeError(f"OgaGenerator_GetLogits returned a rank-{rank} tensor.")
+            check_result(OgaTensorGetShape(tensor, shape, 3))
+            check_result(OgaTensorGetData(tensor, &data))
+            out = _copy_array(data, <size_t>(shape[0] * shape[1] * shape[2]), _FLOAT32)
+        finally:
+            OgaDestroyTensor(tensor)
+        return out.reshape(shape[0], shape[1], shape[2])
+
+    def set_logits(self, logits):
+        """OgaGenerator_SetLogits (GIL released): batch_size * vocab_size float32 logits, any shape."""
+        cdef c_OgaTensor* tensor = NULL
+        cdef c_OgaResult* result
+        cdef int64_t count
+        self._alive()
+        arr = np.ascontiguousarray(logits, dtype=np.float32).reshape(-1)
+        count = arr.shape[0]
+        cdef float[::1] view = arr
+        check_result(OgaCreateTensorFromBuffer(<void*>&view[0] if count > 0 else NULL, &count, 1,
+                                               1, &tensor))  # OgaElementType_float32
+        try:
+            with nogil:
+                result = OgaGenerator_SetLogits(self._ptr, tensor)
+            _check_callbacks(result)
+        finally:
+            OgaDestroyTensor(tensor)
+
+    def set_runtime_option(self, str key, str value):
+        """OgaGenerator_SetRuntimeOption: terminate_session "1" / "0" (any thread)."""
+        self._alive()
+        check_result(OgaGenerator_SetRuntimeOption(self._ptr, key.encode("utf-8"), value.encode("utf-8")))
+
+    def get_speculative_stats(self):
+        """OgaGenerator_GetSpeculativeStats, read into a dict (keys as in onnxruntime-genai 0.18)."""
+        cdef c_OgaSpeculativeStats* stats = NULL
+        self._alive()
+        check_result(OgaGenerator_GetSpeculativeStats(self._ptr, &stats))
+        return _speculative_stats_dict(stats)
+
+    def get_input(self, str name):
+        """OgaGenerator_GetInput: not supported by oga (raises)."""
+        cdef c_OgaTensor* tensor = NULL
+        self._alive()
+        check_result(OgaGenerator_GetInput(self._ptr, name.encode("utf-8"), &tensor))
+
+    def get_output(self, str name):
+        """OgaGenerator_GetOutput: not supported by oga (raises)."""
+        cdef c_OgaTensor* tensor = NULL
+        self._alive()
+        check_result(OgaGenerator_GetOutput(self._ptr, name.encode("utf-8"), &tensor))
+
+    def set_inputs(self, named_tensors):
+        """OgaGenerator_SetInputs: not supported by oga (raises)."""
+        self._alive()
+        check_result(OgaGenerator_SetInputs(self._ptr, NULL))
+
+    def set_model_input(self, str name, value):
+        """OgaGenerator_SetModelInput: not supported by oga (raises)."""
+        self._alive()
+        check_result(OgaGenerator_SetModelInput(self._ptr, name.encode("utf-8"), NULL))
+
+    def set_hidden_states(self, hidden_states):
+        """OgaGenerator_SetHiddenStates: not supported by oga (raises)."""
+        self._alive()
+        check_result(OgaGenerator_SetHiddenStates(self._ptr, NULL))
+
+    def snapshot_state(self):
+        """OgaGenerator_SnapshotState: not supported by oga (raises)."""
+        self._alive()
+        check_result(OgaGenerator_SnapshotState(self._ptr))
+
+    def set_active_adapter(self, adapters, str adapter_name):
+        """LoRA adapters (og.Adapters) are not supported by oga (raises NotImplementedError)."""
+        from .unsupported import not_supported
+        raise not_supported("Generator.set_active_adapter", "LoRA adapters loaded for a model")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -618,11 +922,103 @@ cdef OgaRequest _wrap_request(c_OgaRequest* request):
 
 
 cdef class OgaRequest:
-    """One conversation bound to an Engine (the request's one external OgaRequest* handle).
-    Created by Engine.create_request only."""
+    """One conversation bound to an Engine (the request's one external OgaRequest* handle), made
+    by Engine.create_request; or, as OGA 0.10-0.15 made them, Request(generator_params) for the
+    step API (add_tokens, engine.add_request, engine.step(), get_unseen_token, ...)."""
 
     def __init__(self, *args, **kwargs):
-        raise TypeError(_NO_CONSTRUCTOR)
+        """OgaCreateRequest(params) for Request(params); any other form raises TypeError (0.18's
+        Request has no public constructor)."""
+        cdef c_OgaRequest* request = NULL
+        if len(args) != 1 or kwargs or not isinstance(args[0], OgaGeneratorParams):
+            raise TypeError(_NO_CONSTRUCTOR)
+        if self._ptr != NULL:
+            raise RuntimeError("Request is already initialised.")
+        params = <OgaGeneratorParams>args[0]
+        if params._ptr == NULL:
+            _raise_dead("GeneratorParams")
+        check_result(OgaCreateRequest(params._ptr, &request))
+        self._ptr = request
+        OgaExtRequestSetUserData(request, <void*>self)
+
+    def _step_tokens(self, tokens, bint continuation):
+        cdef int32_t small[_SMALL_TOKENS]
+        cdef int32_t none_token = 0
+        cdef TokenSpan span
+        cdef c_OgaSequences* sequences = NULL
+        cdef c_OgaResult* result
+        if self._ptr == NULL:
+            _raise_dead("Request")
+        keep_alive = _tokens_to_span(tokens, &span, small)
+        try:
+            check_result(OgaCreateSequences(&sequences))
+            check_result(OgaAppendTokenSequence(span.data if span.data != NULL else &none_token, span.count,
+                                                sequences))
+            with nogil:
+                if continuation:
+                    result = OgaRequestContinue(self._ptr, sequences)
+                else:
+                    result = OgaRequestAddTokens(self._ptr, sequences)
+            _check_callbacks(result)
+        finally:
+            OgaDestroySequences(sequences)
+            _release_span(&span)
+
+    def add_tokens(self, tokens):
+        """OgaRequestAddTokens: the prompt before engine.add_request, or a continuation once the
+        turn is complete (step API). `tokens`: 1-D array-like of int32 token ids."""
+        self._step_tokens(tokens, False)
+
+    def continue_with(self, tokens):
+        """OgaRequestContinue: the next turn's input once the current turn is complete."""
+        self._step_tokens(tokens, True)
+
+    def has_unseen_tokens(self):
+        """OgaRequestHasUnseenTokens."""
+        cdef cbool out = False
+        if self._ptr == NULL:
+            _raise_dead("Request")
+        check_result(OgaRequestHasUnseenTokens(self._ptr, &out))
+        return out
+
+    def get_unseen_token(self):
+        """OgaRequestGetUnseenToken: the next generated token not read yet."""
+        cdef int32_t token = 0
+        if self._ptr == NULL:
+            _raise_dead("Request")
+        check_result(OgaRequestGetUnseenToken(self._ptr, &token))
+        return token
+
+    def is_done(self):
+        """OgaRequestIsDone: the turn ended (EOS or max_length) or the request was removed."""
+        cdef cbool out = False
+        if self._ptr == NULL:
+            _raise_dead("Request")
+        check_result(OgaRequestIsDone(self._ptr, &out))
+        return out
+
+    def is_turn_complete(self):
+        """OgaRequestIsTurnComplete."""
+        cdef cbool out = False
+        if self._ptr == NULL:
+            _raise_dead("Request")
+        check_result(OgaRequestIsTurnComplete(self._ptr, &out))
+        return out
+
+    def set_opaque_data(self, data):
+        """OgaRequestSetOpaqueData with the object itself; the Request keeps it alive."""
+        if self._ptr == NULL:
+            _raise_dead("Request")
+        check_result(OgaRequestSetOpaqueData(self._ptr, <void*>data if data is not None else NULL))
+        self._opaque = data
+
+    def get_opaque_data(self):
+        """OgaRequestGetOpaqueData: the object set_opaque_data stored, or None."""
+        cdef void* data = NULL
+        if self._ptr == NULL:
+            _raise_dead("Request")
+        check_result(OgaRequestGetOpaqueData(self._ptr, &data))
+        return <object>data if data != NULL else None
 
     def __dealloc__(self):
         if self._ptr != NULL:

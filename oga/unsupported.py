@@ -11,7 +11,6 @@ supported by oga" lists them.
 __all__ = [
     "Adapters",
     "Audios",
-    "Generator",
     "Images",
     "MtpGenerator",
     "MultiModalProcessor",
@@ -65,10 +64,6 @@ def _unsupported_class(name: str, what: str, methods=(), static_methods=()):
 # What each name is in 0.18, and its public instance and static methods there.
 Adapters = _unsupported_class("Adapters", "LoRA adapters loaded for a model", ("load", "unload"))
 Audios = _unsupported_class("Audios", "audio inputs for multimodal models", static_methods=("open", "open_bytes"))
-Generator = _unsupported_class("Generator", "the token-by-token generation loop", (
-    "append_tokens", "generate_next_token", "get_input", "get_logits", "get_next_tokens", "get_output",
-    "get_sequence", "get_speculative_stats", "is_done", "rewind_to", "set_active_adapter", "set_hidden_states",
-    "set_inputs", "set_logits", "set_model_input", "set_runtime_option", "snapshot_state", "token_count"))
 Images = _unsupported_class("Images", "image inputs for multimodal models", static_methods=("open", "open_bytes"))
 MtpGenerator = _unsupported_class("MtpGenerator", "the multi-token-prediction generation loop", (
     "append_tokens", "generate_next_token", "get_sequence", "get_stats", "is_done", "reset"))

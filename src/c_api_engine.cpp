@@ -8,6 +8,7 @@
 #include "c_api_support.h"
 #include "engine.h"
 #include "model_handles.h"
+#include "step_requests.h"
 #include "oga/oga.h"
 #include "oga/oga_ext.h"
 
@@ -29,6 +30,15 @@ oga::Engine& EngineOf(oga::Request& request) {
   oga::Engine* engine = request.engine();
   if (engine == nullptr) throw ApiError(oga::kClosedRequestMessage);
   return *engine;
+}
+
+// The engine request of a handle of this API; a step-API handle (OgaCreateRequest) has none.
+oga::Request& CoreOf(const OgaRequest* request) {
+  if (!request->request) {
+    throw ApiError("This request was created by OgaCreateRequest (the step API): use it with OgaEngineAddRequest "
+                   "and OgaEngineStep.");
+  }
+  return *request->request;
 }
 
 // Validates a turn-options handle for a setter and returns its request.
@@ -121,12 +131,14 @@ OgaResult* OGA_API_CALL OgaCreateEngine(OgaModel* model, OgaEngine** out) {
     RequireNotNull(out, "out must not be null.");
     auto handle = std::make_unique<OgaEngine>();
     handle->engine = oga::Engine::Create(model->model);
+    handle->steps = std::make_shared<oga::StepDriver>(handle->engine);
     *out = handle.release();
   });
 }
 
 void OGA_API_CALL OgaDestroyEngine(OgaEngine* engine) {
   if (engine == nullptr) return;
+  engine->steps->Teardown();
   engine->engine->Teardown();
   delete engine;
 }
@@ -135,7 +147,7 @@ OgaResult* OGA_API_CALL OgaEngineHasPendingRequests(OgaEngine* engine, bool* out
   return Guard([&] {
     RequireNotNull(engine, "engine must not be null.");
     RequireNotNull(out, "out must not be null.");
-    *out = EngineOf(engine).HasPendingRequests();
+    *out = engine->steps->HasPendingRequests();  // the engine's own work, and the step API's
   });
 }
 
@@ -209,7 +221,7 @@ OgaResult* OGA_API_CALL OgaRequestBeginTurn(OgaRequest* request, const OgaTurnOp
     if (input_ids == nullptr && input_ids_count != 0) {
       throw ApiError("input_ids must not be null when input_ids_count is nonzero.");
     }
-    oga::Request& core = *request->request;
+    oga::Request& core = CoreOf(request);
     if (core.closed()) throw ApiError(oga::kClosedRequestMessage);
     *out_turn_id = EngineOf(core).BeginTurn(core, turn_options, input_ids, input_ids_count);
   });
@@ -219,7 +231,7 @@ OgaResult* OGA_API_CALL OgaRequestCancelTurn(OgaRequest* request, uint64_t turn_
   return Guard([&] {
     RequireNotNull(request, "request must not be null.");
     RequireNotNull(out_cancelled, "out_cancelled must not be null.");
-    oga::Request& core = *request->request;
+    oga::Request& core = CoreOf(request);
     if (core.closed()) throw ApiError("Cannot cancel after the request's engine has been destroyed.");
     *out_cancelled = EngineOf(core).CancelTurn(core, turn_id);
   });
@@ -228,7 +240,7 @@ OgaResult* OGA_API_CALL OgaRequestCancelTurn(OgaRequest* request, uint64_t turn_
 OgaResult* OGA_API_CALL OgaRequestRewindToStartOfTurn(OgaRequest* request, uint64_t turn_id) {
   return Guard([&] {
     RequireNotNull(request, "request must not be null.");
-    oga::Request& core = *request->request;
+    oga::Request& core = CoreOf(request);
     if (core.closed()) throw ApiError("Cannot rewind a closed request.");
     EngineOf(core).RewindToStartOfTurn(core, turn_id);
   });
@@ -237,7 +249,7 @@ OgaResult* OGA_API_CALL OgaRequestRewindToStartOfTurn(OgaRequest* request, uint6
 OgaResult* OGA_API_CALL OgaRequestClose(OgaRequest* request) {
   return Guard([&] {
     RequireNotNull(request, "request must not be null.");
-    oga::Request& core = *request->request;
+    oga::Request& core = CoreOf(request);
     if (core.closed()) return;  // idempotent; also a tombstone of a destroyed engine
     EngineOf(core).Close(core);
   });
@@ -247,7 +259,7 @@ OgaResult* OGA_API_CALL OgaRequestSetDraftTokens(OgaRequest* request, const OgaS
   return Guard([&] {
     RequireNotNull(request, "request must not be null.");
     RequireNotNull(tokens, "tokens must not be null.");
-    oga::Request& core = *request->request;
+    oga::Request& core = CoreOf(request);
     if (core.closed()) throw ApiError(oga::kClosedRequestMessage);
     EngineOf(core).CheckOwnerThread();
     if (tokens->sequences.size() > 1) throw ApiError("Request draft tokens must contain at most one sequence.");
@@ -259,6 +271,13 @@ OgaResult* OGA_API_CALL OgaRequestSetDraftTokens(OgaRequest* request, const OgaS
 
 void OGA_API_CALL OgaDestroyRequest(OgaRequest* request) {
   if (request == nullptr) return;
+  if (request->step) {
+    // Released: its engine's owner thread removes it (and releases its cache) at its next Step or
+    // HasPendingRequests.
+    request->step->handle.store(nullptr, std::memory_order_release);
+    delete request;
+    return;
+  }
   // Publish abandonment only; the engine closes the request at its next owner-thread boundary.
   request->request->handle.store(nullptr, std::memory_order_release);
   request->request->abandoned.store(true, std::memory_order_release);
@@ -274,7 +293,7 @@ OgaResult* OGA_API_CALL OgaRequestCreateTurnOptions(OgaRequest* request, OgaTurn
     RequireNotNull(request, "request must not be null.");  // *out untouched, as in 0.18
     RequireNotNull(out, "out must not be null.");
     *out = nullptr;
-    oga::Request& core = *request->request;
+    oga::Request& core = CoreOf(request);
     if (core.closed()) throw ApiError(oga::kClosedRequestMessage);
     EngineOf(core).CheckOwnerThread();
     auto options = std::make_unique<OgaTurnOptions>();
@@ -431,6 +450,10 @@ OgaResult* OGA_API_CALL OgaEngineRun(OgaEngine* engine, OgaEngineEventBuffer* bu
     oga::Engine& core = EngineOf(engine);
     if (buffer->engine_id != core.id()) throw ApiError("buffer must be used with the Engine that created it.");
     core.CheckOwnerThread();
+    if (engine->steps->serving()) {
+      throw ApiError("This engine serves requests of the step API (OgaEngineAddRequest): drive it with "
+                     "OgaEngineStep, whose events they are.");
+    }
     core.Run(*buffer);
   });
 }
@@ -562,7 +585,7 @@ OgaResult* OGA_API_CALL OgaExtRequestGetFixedStateSlot(const OgaRequest* request
     RequireNotNull(out, "out must not be null.");
     *out = OgaExtFixedStateSlot{};
     out->slot = -1;
-    const oga::Request& core = *request->request;
+    const oga::Request& core = CoreOf(request);
     if (core.closed() || core.engine() == nullptr || core.fixed_slot < 0) return;
     const oga::Engine& engine = *core.engine();
     engine.CheckOwnerThread();
@@ -582,7 +605,7 @@ OgaResult* OGA_API_CALL OgaExtRequestGetFixedStateRow(const OgaRequest* request,
     RequireNotNull(request, "request must not be null.");
     RequireNotNull(data, "data must not be null.");
     RequireNotNull(size, "size must not be null.");
-    const oga::Request& core = *request->request;
+    const oga::Request& core = CoreOf(request);
     if (core.closed() || core.engine() == nullptr) throw ApiError(oga::kClosedRequestMessage);
     const oga::Engine& engine = *core.engine();
     engine.CheckOwnerThread();
@@ -620,7 +643,7 @@ OgaResult* OGA_API_CALL OgaExtEngineGetLastStepInputs(const OgaEngine* engine, O
 OgaResult* OGA_API_CALL OgaExtRequestSetLastTurnIdForTesting(OgaRequest* request, uint64_t turn_id) {
   return Guard([&] {
     RequireNotNull(request, "request must not be null.");
-    oga::Request& core = *request->request;
+    oga::Request& core = CoreOf(request);
     if (core.closed()) throw ApiError(oga::kClosedRequestMessage);
     EngineOf(core).SetLastTurnIdForTesting(core, turn_id);
   });

@@ -1,4 +1,4 @@
-// C API: results, models, generator parameters, capabilities, speculative statistics, string
+// C API: results, models, capabilities, speculative statistics, string
 // arrays, sequences, and the test-model and executor additions.
 #include <dlfcn.h>
 
@@ -58,51 +58,6 @@ bool Contains(const char* const (&names)[N], const char* name) {
   return false;
 }
 
-void SetSearchValue(oga::SearchConfig& search, const std::string& name, double value, bool is_bool) {
-  auto integer = [&]() -> int64_t {
-    if (is_bool || !std::isfinite(value) || value != std::floor(value) || std::fabs(value) > 9.0e15) {
-      throw ApiError(name + " must be an integer search option.");
-    }
-    return static_cast<int64_t>(value);
-  };
-  auto number = [&]() -> double {
-    if (is_bool) throw ApiError(name + " must be a number search option.");
-    return value;
-  };
-  if (name == "do_sample") {
-    if (!is_bool) throw ApiError("do_sample must be a boolean search option.");
-    search.do_sample = value != 0.0;
-  } else if (name == "max_length") {
-    search.max_length = integer();
-  } else if (name == "min_length") {
-    search.min_length = integer();
-  } else if (name == "num_beams") {
-    search.num_beams = integer();
-  } else if (name == "batch_size") {
-    search.batch_size = integer();
-  } else if (name == "top_k") {
-    search.top_k = integer();
-  } else if (name == "top_p") {
-    search.top_p = number();
-  } else if (name == "temperature") {
-    search.temperature = number();
-  } else if (name == "repetition_penalty") {
-    search.repetition_penalty = number();
-  } else if (name == "no_repeat_ngram_size") {
-    search.no_repeat_ngram_size = integer();
-  } else if (name == "random_seed") {
-    const int64_t seed = integer();
-    if (seed < 0) {
-      search.random_seed.reset();
-    } else {
-      search.random_seed = static_cast<uint64_t>(seed);
-    }
-  } else if (name == "chunk_size") {
-    search.chunk_size = integer();
-  } else {
-    throw ApiError(name + " is not a search option oga knows.");
-  }
-}
 
 
 // ---- model loading ----
@@ -362,36 +317,6 @@ OgaResult* OGA_API_CALL OgaExtTestModelInjectFault(OgaModel* model, OgaExtFaultP
     if (phase >= oga::FaultInjector::kPhaseCount) throw ApiError("Unknown fault phase " + std::to_string(phase) + ".");
     if (kind > OgaExtExecutionStatus_Interrupted) throw ApiError("Unknown fault kind " + std::to_string(kind) + ".");
     model->model->faults()->Arm(phase, kind, skip, count);
-  });
-}
-
-OgaResult* OGA_API_CALL OgaCreateGeneratorParams(const OgaModel* model, OgaGeneratorParams** out) {
-  return Guard([&] {
-    if (out != nullptr) *out = nullptr;
-    RequireNotNull(model, "model must not be null.");
-    RequireNotNull(out, "out must not be null.");
-    auto params = std::make_unique<OgaGeneratorParams>();
-    params->model = model->model;
-    params->search = model->model->config().search;
-    *out = params.release();
-  });
-}
-
-void OGA_API_CALL OgaDestroyGeneratorParams(OgaGeneratorParams* params) { delete params; }
-
-OgaResult* OGA_API_CALL OgaGeneratorParamsSetSearchNumber(OgaGeneratorParams* params, const char* name, double value) {
-  return Guard([&] {
-    RequireNotNull(params, "params must not be null.");
-    RequireNotNull(name, "name must not be null.");
-    SetSearchValue(params->search, name, value, false);
-  });
-}
-
-OgaResult* OGA_API_CALL OgaGeneratorParamsSetSearchBool(OgaGeneratorParams* params, const char* name, bool value) {
-  return Guard([&] {
-    RequireNotNull(params, "params must not be null.");
-    RequireNotNull(name, "name must not be null.");
-    SetSearchValue(params->search, name, value ? 1.0 : 0.0, true);
   });
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <new>
 #include <random>
 #include <utility>
@@ -31,6 +32,16 @@ OgaTurnUsage UsageOf(const Request& request) {
   usage.generated_tokens = request.turn_generated_tokens;
   usage.cached_prompt_tokens = request.turn_cached_tokens;
   return usage;
+}
+
+// A logits row as float32 (float16 rows are widened).
+void CopyLogitsRow(const LogitsRow& row, size_t vocab_size, float* out) {
+  if (row.type == OgaExtLogitsType_Float16) {
+    const uint16_t* half = static_cast<const uint16_t*>(row.data);
+    for (size_t i = 0; i < vocab_size; ++i) out[i] = HalfToFloat(half[i]);
+  } else {
+    std::memcpy(out, row.data, vocab_size * sizeof(float));
+  }
 }
 
 std::string NotSupportedYet(const char* what) {
@@ -159,10 +170,11 @@ std::vector<size_t> FixedStateRowBytes(const ModelConfig& config, const OgaExtMo
 
 }  // namespace
 
-std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
+std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model, const EngineSizing& sizing) {
   const ModelConfig& config = model->config();
-  if (!config.dynamic_batching) return CreateStatic(std::move(model));
+  if (!config.dynamic_batching) return CreateStatic(std::move(model), sizing);
   const DynamicBatchingConfig& batching = *config.dynamic_batching;
+  const size_t max_batch_size = std::max(static_cast<size_t>(batching.max_batch_size), sizing.min_batch_size);
   if (!batching.num_blocks) {
     if (!batching.gpu_utilization_factor) throw ApiError(kBudgetTooSmallMessage);
     if (model->executor().bytes_per_block == 0) {
@@ -187,7 +199,7 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
     try {
       // With prefix caching, max_batch_size fixed-state checkpoints (as 0.18 keeps).
       const bool checkpoints = ring_blocks == 0 && batching.prefix_caching.value_or(true);
-      const size_t slots = static_cast<size_t>(batching.max_batch_size);
+      const size_t slots = max_batch_size;
       fixed_pool = std::make_unique<FixedStatePool>(
           fixed_row_bytes, slots, static_cast<size_t>(batching.max_scheduled_tokens), fixed_capture, model->faults(),
           checkpoints ? slots : 0, model->executor().device_ops);
@@ -197,13 +209,13 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   }
   // The ring pool (one ring per block table) and the fixed-state pool are fixed costs the
   // automatic size leaves room for.
-  const double ring_bytes = static_cast<double>(ring_blocks) * static_cast<double>(batching.max_batch_size) *
+  const double ring_bytes = static_cast<double>(ring_blocks) * static_cast<double>(max_batch_size) *
                                 static_cast<double>(model->executor().bytes_per_window_block) +
                             (fixed_pool ? static_cast<double>(fixed_pool->persistent_bytes()) : 0.0);
-  const uint64_t num_blocks = auto_sized
-                                  ? AutoSizedBlockCount(config, model->executor().bytes_per_block, ring_bytes,
-                                                        available_bytes)
-                                  : static_cast<uint64_t>(*batching.num_blocks);
+  uint64_t num_blocks = auto_sized ? AutoSizedBlockCount(config, model->executor().bytes_per_block, ring_bytes,
+                                                         available_bytes)
+                                   : static_cast<uint64_t>(*batching.num_blocks);
+  if (sizing.max_blocks > 0) num_blocks = std::min<uint64_t>(num_blocks, sizing.max_blocks);
   if (num_blocks > static_cast<uint64_t>(INT32_MAX) || block_size > static_cast<uint64_t>(INT32_MAX)) {
     throw ApiError("engine.dynamic_batching.num_blocks and block_size must fit in int32.");
   }
@@ -211,7 +223,7 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   const uint64_t max_request_length = std::min<uint64_t>(static_cast<uint64_t>(config.context_length),
                                                          num_blocks * block_size + 1);
   SchedulerLimits limits;
-  limits.max_batch_size = static_cast<size_t>(batching.max_batch_size);
+  limits.max_batch_size = max_batch_size;
   limits.max_scheduled_tokens = static_cast<size_t>(batching.max_scheduled_tokens);
   const size_t table_columns = static_cast<size_t>((max_request_length + block_size - 1) / block_size);
   const size_t executor_columns = model->executor().max_block_table_columns;
@@ -235,7 +247,8 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   }
 
   std::shared_ptr<Engine> engine(new Engine(std::move(model), limits, static_cast<size_t>(block_size),
-                                            static_cast<size_t>(num_blocks), max_request_length));
+                                            static_cast<size_t>(num_blocks), max_request_length,
+                                            sizing.selection_participants));
   OgaExtEngineGeometry geometry{};
   geometry.block_size = static_cast<size_t>(block_size);
   geometry.num_blocks = static_cast<size_t>(num_blocks);
@@ -255,7 +268,7 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model) {
   return engine;
 }
 
-std::shared_ptr<Engine> Engine::CreateStatic(std::shared_ptr<Model> model) {
+std::shared_ptr<Engine> Engine::CreateStatic(std::shared_ptr<Model> model, const EngineSizing& sizing) {
   const ModelConfig& config = model->config();
   if (!FixedStateRowBytes(config, model->executor()).empty()) {
     throw ApiError("Fixed decoder state groups require engine.dynamic_batching");
@@ -267,17 +280,19 @@ std::shared_ptr<Engine> Engine::CreateStatic(std::shared_ptr<Model> model) {
     throw ApiError("search.chunk_size requires dynamic batching; the static batch scheduler cannot chunk a prefill.");
   }
   if (config.vocab_size < 1) throw ApiError("vocab_size must be 1 or greater, is " + std::to_string(config.vocab_size));
-  const int64_t max_length = config.search.max_length != 0 ? config.search.max_length : config.context_length;
+  const int64_t max_length = sizing.static_max_length != 0 ? static_cast<int64_t>(sizing.static_max_length)
+                             : config.search.max_length != 0 ? config.search.max_length
+                                                             : config.context_length;
   if (max_length <= 0) {
     throw ApiError("The model's search.max_length must be greater than zero; actual value is " +
                    std::to_string(max_length));
   }
   SchedulerLimits limits;
-  limits.max_batch_size = static_cast<size_t>(config.static_max_batch_size);
+  limits.max_batch_size = std::max(static_cast<size_t>(config.static_max_batch_size), sizing.min_batch_size);
   limits.max_scheduled_tokens = 1;  // the dynamic collaborators stay idle on this path
   limits.max_block_table_columns = 1;
   const size_t length = static_cast<size_t>(max_length);
-  std::shared_ptr<Engine> engine(new Engine(std::move(model), limits, length, 0, length));
+  std::shared_ptr<Engine> engine(new Engine(std::move(model), limits, length, 0, length, sizing.selection_participants));
   engine->static_scheduler_ =
       std::make_unique<StaticBatchScheduler>(limits.max_batch_size, engine->model_->config().pad_token_id);
   engine->static_io_ = std::make_unique<StaticBatchDecoderIO>(limits.max_batch_size, length,
@@ -292,7 +307,7 @@ std::shared_ptr<Engine> Engine::CreateStatic(std::shared_ptr<Model> model) {
 }
 
 Engine::Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size_t block_size, size_t num_blocks,
-               uint64_t max_request_length)
+               uint64_t max_request_length, size_t selection_participants)
     : model_(std::move(model)),
       id_(g_next_engine_id.fetch_add(1)),
       owner_(std::this_thread::get_id()),
@@ -309,7 +324,9 @@ Engine::Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size
           limits.graph_capture),
       pending_(limits.max_batch_size * 8 + 1),
       // Small vocabularies select in microseconds: waking workers would cost more than it saves.
-      workers_(vocab_size_ >= kParallelSelectionVocabulary ? RowWorkers::DefaultParticipants() : 1) {
+      workers_(vocab_size_ < kParallelSelectionVocabulary ? 1
+               : selection_participants > 0    ? std::min(selection_participants, RowWorkers::DefaultParticipants())
+                                               : RowWorkers::DefaultParticipants()) {
   scratches_.reserve(workers_.participants());
   for (size_t p = 0; p < workers_.participants(); ++p) scratches_.emplace_back(vocab_size_);
   stop_scratches_.resize(workers_.participants());
@@ -407,9 +424,8 @@ std::shared_ptr<Request> Engine::CreateRequest(const OgaRequestOptions* options,
   return request;
 }
 
-TurnPolicy Engine::ResolveTurnPolicy(const Request& request, const OgaTurnOptions* options,
+TurnPolicy Engine::ResolveTurnPolicy(const Request& request, const TurnOptionValues* values,
                                      uint64_t sequence_after) const {
-  const TurnOptionValues* values = options != nullptr ? &options->values : nullptr;
   if (values != nullptr && static_batching()) {
     // What the static path can never do, in 0.18's words (before anything not supported yet).
     if (!values->stop_strings.empty()) throw ApiError("Stop strings require an Engine configured for dynamic batching.");
@@ -444,6 +460,16 @@ uint64_t Engine::BeginTurn(Request& request, const OgaTurnOptions* options, cons
     std::shared_ptr<Request> bound = options->request.lock();
     if (bound.get() != &request) throw ApiError("Turn options belong to a different or destroyed Request.");
   }
+  return BeginTurnWith(request, options != nullptr ? &options->values : nullptr, input_ids, count);
+}
+
+uint64_t Engine::BeginTurnWith(Request& request, const TurnOptionValues* values, const int32_t* input_ids,
+                               uint64_t count) {
+  CheckOwnerThread();
+  CheckNoStepInFlight("begin a turn");
+  ThrowIfUnhealthy();
+  ReclaimAbandoned();
+  if (request.closed()) throw ApiError(kClosedRequestMessage);
   if (request.executable()) {
     throw ApiError("BeginTurn is only valid for a new request or after the current turn is complete.");
   }
@@ -476,7 +502,7 @@ uint64_t Engine::BeginTurn(Request& request, const OgaTurnOptions* options, cons
                    std::to_string(current) + ") must leave room for at least one generated token before "
                    "max_session_tokens (" + std::to_string(request.max_session_tokens) + ").");
   }
-  const TurnPolicy policy = ResolveTurnPolicy(request, options, current + count);
+  const TurnPolicy policy = ResolveTurnPolicy(request, values, current + count);
   if (request.turn_id == UINT64_MAX) {
     throw ApiError("The request cannot admit another turn because its uint64 turn id space is exhausted.");
   }
@@ -484,13 +510,13 @@ uint64_t Engine::BeginTurn(Request& request, const OgaTurnOptions* options, cons
   // or a missing tokenizer is this call's error.
   StopStringMatcher stop;
   std::unique_ptr<GuidanceCursor> guidance;
-  if (options != nullptr && !options->values.stop_strings.empty()) {
-    stop.Reset(options->values.stop_strings, model_->token_table());
+  if (values != nullptr && !values->stop_strings.empty()) {
+    stop.Reset(values->stop_strings, model_->token_table());
     for (std::string& scratch : stop_scratches_) scratch.reserve(stop.scratch_capacity(kMaxTokensPerStep));
   }
-  if (options != nullptr && !options->values.guidance_type.empty()) {
-    guidance = std::make_unique<GuidanceCursor>(model_->guidance_tokenizer(), options->values.guidance_type,
-                                                options->values.guidance_data);
+  if (values != nullptr && !values->guidance_type.empty()) {
+    guidance = std::make_unique<GuidanceCursor>(model_->guidance_tokenizer(), values->guidance_type,
+                                                values->guidance_data);
   }
   failed_rows_.reserve(limits_.max_batch_size);
   // Everything that can fail happens before the first mutation.
@@ -554,23 +580,90 @@ void Engine::RewindToStartOfTurn(Request& request, uint64_t turn_id) {
   if (turn_id == 0 || start == request.turn_starts.end()) {
     throw ApiError("Cannot rewind to unknown Turn ID " + std::to_string(turn_id) + ".");
   }
+  Truncate(request, start->second);
+}
+
+void Engine::TruncateRequest(Request& request, size_t length) {
+  CheckOwnerThread();
+  CheckNoStepInFlight("truncate a request");
+  ReclaimAbandoned();
+  if (request.closed()) throw ApiError(kClosedRequestMessage);
+  if (request.executable()) throw ApiError("A request can only be truncated between turns.");
+  if (request.retained_events > 0) {
+    throw ApiError("Cannot truncate a request while an Engine event is pending; call Engine::Run() to drain it first.");
+  }
+  if (length > request.tokens.size()) {
+    throw ApiError("Cannot truncate a request of " + std::to_string(request.tokens.size()) + " tokens to " +
+                   std::to_string(length) + ".");
+  }
+  if (static_batching() && request.static_row >= 0 && static_scheduler_->rows().size() != 1) {
+    throw ApiError(
+        "Static Engine Request rewind requires exactly one resident Request because a row cannot be released "
+        "independently from its shared contiguous cache allocation.");
+  }
+  Truncate(request, length);
+}
+
+void Engine::Truncate(Request& request, size_t boundary) {
   // No allocation from here on: shrinking keeps capacity.
-  const size_t boundary = start->second;
   request.tokens.resize(boundary);
   request.processed = std::min(request.processed, boundary);
   request.recompute_until = std::min(request.recompute_until, boundary);
-  request.turn_starts.erase(start, request.turn_starts.end());
+  // Turns that began at or after the boundary are gone (turns start at strictly increasing lengths).
+  auto first_gone = std::find_if(request.turn_starts.begin(), request.turn_starts.end(),
+                                 [boundary](const std::pair<uint64_t, size_t>& entry) { return entry.second >= boundary; });
+  request.turn_starts.erase(first_gone, request.turn_starts.end());
   if (static_batching()) {
+    // The row's contiguous cache keeps its first `processed` positions; later ones are rewritten.
     for (StaticRow& row : static_scheduler_->rows()) {
       if (row.request.get() == &request) row.processed = request.processed;
     }
   } else {
     // As 0.18: the rewound request gives its blocks and its residency back, and its next turn
-    // prefills the retained history again (admitted like a first turn).
+    // prefills the retained history again (admitted like a first turn; with prefix caching its full
+    // blocks are adopted from the index instead of computed).
     scheduler_.Remove(request);
     cache_.Release(request);
     request.processed = 0;
   }
+}
+
+void Engine::AllowTokens(Request& request, uint32_t tokens) {
+  CheckOwnerThread();
+  CheckNoStepInFlight("pace a request");
+  request.paced = true;
+  request.allowance = tokens;
+}
+
+void Engine::HoldLogits(Request& request) {
+  CheckOwnerThread();
+  CheckNoStepInFlight("hold a request's logits");
+  if (request.closed()) throw ApiError(kClosedRequestMessage);
+  if (!request.executable()) throw ApiError("Logits can only be held for a request whose turn is running.");
+  if (request.logits_held) return;
+  request.held_logits.resize(vocab_size_);  // before the flag: a failed allocation changes nothing
+  request.hold_logits = true;
+}
+
+void Engine::SelectHeldToken(Request& request) {
+  CheckOwnerThread();
+  CheckNoStepInFlight("select a held token");
+  ThrowIfUnhealthy();
+  if (request.closed()) throw ApiError(kClosedRequestMessage);
+  if (!request.logits_held || request.status != RequestStatus::Active) {
+    throw ApiError("The request holds no logits to select a token from.");
+  }
+  LogitsRow logits;
+  logits.data = request.held_logits.data();
+  logits.type = OgaExtLogitsType_Float32;
+  StagedResult staged;
+  try {
+    staged = SelectFromLogits(request, logits, 0);
+  } catch (const RetryableStepError&) {
+    throw ApiError("No token can be selected: every logit is NaN or masked.");
+  }
+  request.logits_held = false;
+  PublishToken(request, staged);
 }
 
 void Engine::ReserveWaitingSlot() {
@@ -656,6 +749,7 @@ void Engine::Run(OgaEngineEventBuffer& buffer) {
   if (buffer.slots.empty()) return;  // capacity 0: validated no-op
   ++buffer.generation;
   buffer.count = 0;
+  last_run_interrupted_ = false;
   ReclaimAbandoned();
   if (pending_.empty() && !unhealthy_) {
     interrupted_ = false;
@@ -664,6 +758,7 @@ void Engine::Run(OgaEngineEventBuffer& buffer) {
       // The caller was interrupted (see OgaExtExecutionStatus_Interrupted): control goes back at
       // once; the step's Retryable event is delivered by the next Run.
       interrupted_ = false;
+      last_run_interrupted_ = true;
       return;
     }
   }
@@ -870,6 +965,18 @@ LogitsRow Engine::LogitsRowAt(const OgaExtStepOutputs& outputs, size_t row) cons
 }
 
 Engine::StagedResult Engine::SelectToken(Request& request, const LogitsRow& logits, size_t participant) {
+  if (request.hold_logits || request.logits_held) {
+    // A Generator asked for this row's logits: keep them for the caller instead of selecting. Logits
+    // still held from before a preemption (set_logits may have changed them) are kept as they are.
+    StagedResult staged;
+    staged.hold = true;
+    if (!request.logits_held) CopyLogitsRow(logits, vocab_size_, request.held_logits.data());
+    return staged;
+  }
+  return SelectFromLogits(request, logits, participant);
+}
+
+Engine::StagedResult Engine::SelectFromLogits(Request& request, const LogitsRow& logits, size_t participant) {
   SamplingScratch& scratch = scratches_[participant];
   StagedResult staged;
   const TurnPolicy& policy = request.policy;
@@ -926,6 +1033,7 @@ Engine::StagedResult Engine::SelectToken(Request& request, const LogitsRow& logi
 void Engine::StageSelectedToken(Request& request, int32_t token, StagedResult& staged, size_t participant) {
   if (std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) {
     staged.finish_reason = OgaFinishReason_Eos;  // EOS is neither appended nor emitted
+    staged.eos_token = token;
     return;
   }
   staged.tokens[staged.count++] = token;
@@ -956,6 +1064,14 @@ bool Engine::StageTurnEnd(Request& request, StagedResult& staged, size_t partici
 }
 
 void Engine::PublishToken(Request& request, const StagedResult& staged) {
+  if (staged.hold) {
+    request.hold_logits = false;
+    request.logits_held = true;
+    request.status = RequestStatus::Active;
+    return;
+  }
+  if (request.paced && request.allowance > 0) --request.allowance;
+  request.eos_token = staged.eos_token;
   if (staged.drew) {
     request.stream = staged.stream;
     request.policy.seed.reset();  // the turn's reseed is durable now
@@ -995,6 +1111,8 @@ void Engine::PublishToken(Request& request, const StagedResult& staged) {
 }
 
 void Engine::EndTurnState(Request& request) noexcept {
+  request.hold_logits = false;
+  request.logits_held = false;
   request.stop.Clear();
   request.guidance.reset();
   request.draft_tokens.clear();  // any terminal boundary discards a pending proposal
@@ -1047,7 +1165,8 @@ size_t Engine::SelectOnDevice(size_t count, const OgaExtStepOutputs& outputs) {
     const TurnPolicy& policy = request.policy;
     const bool drafts = select_rows_[i] != nullptr && select_rows_[i]->draft_count > 0;
     // What the device sampler does not do (see OgaExtDeviceSampling) stays on the host.
-    if (!device.can_sample() || drafts || request.guidance || policy.no_repeat_ngram_size > 0) {
+    if (!device.can_sample() || drafts || request.guidance || policy.no_repeat_ngram_size > 0 ||
+        request.hold_logits || request.logits_held) {
       host_select_.push_back(i);
       continue;
     }
@@ -1341,7 +1460,7 @@ void Engine::StepStatic() {
     for (size_t r = 0; r < rows.size(); ++r) {
       Request& request = *rows[r].request;
       static_staged_[r] = StagedResult{};
-      if (!request.executable()) continue;
+      if (!request.schedulable()) continue;
       select_requests_[count] = &request;
       select_logits_rows_[count] = r;
       select_staged_[count] = &static_staged_[r];
@@ -1366,7 +1485,7 @@ void Engine::StepStatic() {
   for (size_t r = 0; r < rows.size(); ++r) {
     StaticRow& row = rows[r];
     Request& request = *row.request;
-    if (!request.executable()) continue;  // frozen row
+    if (!request.schedulable()) continue;  // frozen row
     request.processed = kind == StaticStepKind::Decode ? request.processed + 1 : request.tokens.size();
     row.processed = request.processed;
     PublishToken(request, static_staged_[r]);

@@ -71,10 +71,18 @@ struct EngineCounters {
   uint64_t recomputed_tokens = 0;  // tokens prefilled again after a preemption (committed steps)
 };
 
+// Sizes a Generator's private engine asks for beyond the model's configuration.
+struct EngineSizing {
+  size_t min_batch_size = 0;          // rows per step and residents at least this many
+  size_t max_blocks = 0;              // dynamic path: at most this many KV blocks (0 = the configuration's)
+  size_t static_max_length = 0;       // static path: the contiguous cache length (0 = search.max_length)
+  size_t selection_participants = 0;  // threads that select a step's tokens, at most (0 = default)
+};
+
 class Engine {
  public:
   // Throws ApiError for configurations the engine cannot run.
-  static std::shared_ptr<Engine> Create(std::shared_ptr<Model> model);
+  static std::shared_ptr<Engine> Create(std::shared_ptr<Model> model, const EngineSizing& sizing = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -87,11 +95,19 @@ class Engine {
   void CheckOwnerThread() const {
     if (std::this_thread::get_id() != owner_) throw ApiError(kOwnerThreadMessage);
   }
+  // A Generator's private engine follows whichever thread calls the Generator (0.18's Generator has
+  // no thread affinity); the Generator's lock orders those calls, so one thread owns it at a time.
+  void AdoptOwnerThread() { owner_ = std::this_thread::get_id(); }
+  bool IsOwnerThread() const { return std::this_thread::get_id() == owner_; }
   // Rethrows the stored fatal error of a poisoned engine.
   void ThrowIfUnhealthy() const;
+  bool healthy() const { return !unhealthy_; }
+  const std::string& fatal_message() const { return fatal_message_; }
 
   std::shared_ptr<Request> CreateRequest(const OgaRequestOptions* options, const SearchConfig& search);
   uint64_t BeginTurn(Request& request, const OgaTurnOptions* options, const int32_t* input_ids, uint64_t count);
+  // BeginTurn with the turn's option values (nullptr = the request's search defaults).
+  uint64_t BeginTurnWith(Request& request, const TurnOptionValues* values, const int32_t* input_ids, uint64_t count);
   bool CancelTurn(Request& request, uint64_t turn_id);
   // Replaces the request's pending draft proposal (seed: "Caller-supplied speculative drafts"); empty
   // clears.
@@ -103,8 +119,23 @@ class Engine {
   // its blocks and residency back, and its next turn prefills the retained history again, as 0.18
   // does (docs/onnxruntime-genai-0.18-dynamic-engine.md, "Rewind (`rewind_to_start_of_turn`)").
   void RewindToStartOfTurn(Request& request, uint64_t turn_id);
+  // Generator rows (generator.h). Truncates a request between turns to its first `length` tokens
+  // (what RewindToStartOfTurn does at a turn boundary).
+  void TruncateRequest(Request& request, size_t length);
+  // Paces `request`: it may produce `tokens` more tokens, then no step schedules it until allowed
+  // again (Request::schedulable).
+  void AllowTokens(Request& request, uint32_t tokens);
+  // The request's next sampling step keeps its logits row instead of selecting a token
+  // (Request::held_logits); no-op when logits are held already.
+  void HoldLogits(Request& request);
+  // Selects the request's next token from its held logits (the caller may have changed them) with
+  // its turn policy, outside any model run, and publishes it like a step would.
+  void SelectHeldToken(Request& request);
   void Close(Request& request);
   void Run(OgaEngineEventBuffer& buffer);
+  // Whether the last Run returned early because a callback was interrupted (its Retryable event is
+  // retained for the next Run).
+  bool last_run_interrupted() const { return last_run_interrupted_; }
   bool HasPendingRequests();
   // Any thread: a request's last external handle was released.
   void NotifyAbandoned() noexcept { abandonment_pending_.store(true, std::memory_order_release); }
@@ -137,13 +168,16 @@ class Engine {
     bool drew = false;    // the row sampled: `stream` is the request's advanced random stream
     RandomStream stream;
     int32_t matched_stop_string = -1;
+    int32_t eos_token = -1;  // the EOS id selected (finish_reason Eos)
+    bool hold = false;       // a Generator holds the row's logits: nothing was selected
   };
 
   Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size_t block_size, size_t num_blocks,
-         uint64_t max_request_length);
-  static std::shared_ptr<Engine> CreateStatic(std::shared_ptr<Model> model);
+         uint64_t max_request_length, size_t selection_participants);
+  static std::shared_ptr<Engine> CreateStatic(std::shared_ptr<Model> model, const EngineSizing& sizing);
 
-  TurnPolicy ResolveTurnPolicy(const Request& request, const OgaTurnOptions* options, uint64_t sequence_after) const;
+  TurnPolicy ResolveTurnPolicy(const Request& request, const TurnOptionValues* values, uint64_t sequence_after) const;
+  void Truncate(Request& request, size_t boundary);
   void ReclaimAbandoned();
   // The admission queue of whichever path this engine runs (dynamic or static).
   void ReserveWaitingSlot();
@@ -169,6 +203,8 @@ class Engine {
   // grows the token storage so PublishToken cannot allocate. Throws RetryableStepError when nothing
   // is selectable. Rows are independent: RowWorkers runs them in parallel.
   StagedResult SelectToken(Request& request, const LogitsRow& logits, size_t participant);
+  // SelectToken's selection proper (SelectToken first diverts rows whose logits a Generator holds).
+  StagedResult SelectFromLogits(Request& request, const LogitsRow& logits, size_t participant);
   // Runs SelectToken for the first `count` entries of select_requests_ / select_logits_rows_ into
   // select_staged_, shared among RowWorkers.
   void SelectTokens(size_t count, const OgaExtStepOutputs& outputs);
@@ -211,7 +247,7 @@ class Engine {
 
   std::shared_ptr<Model> model_;
   const uint64_t id_;
-  const std::thread::id owner_;
+  std::thread::id owner_;
   const SchedulerLimits limits_;
   const uint64_t max_request_length_;
   const std::vector<int32_t> eos_ids_;
@@ -256,6 +292,7 @@ class Engine {
   // The step was rolled back because a callback was interrupted (OgaExtExecutionStatus_Interrupted):
   // Run returns without delivering, the retained Retryable event goes to the next Run.
   bool interrupted_ = false;
+  bool last_run_interrupted_ = false;
 
   bool unhealthy_ = false;
   std::string fatal_message_;
@@ -265,7 +302,12 @@ class Engine {
 
 }  // namespace oga
 
-// C handle.
+namespace oga {
+class StepDriver;
+}
+
+// C handle. `steps` serves the step API's requests on this engine (step_requests.h).
 struct OgaEngine {
   std::shared_ptr<oga::Engine> engine;
+  std::shared_ptr<oga::StepDriver> steps;
 };

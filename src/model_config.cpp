@@ -446,12 +446,16 @@ bool ApplySearchKey(const Member& member, SearchConfig& search) {
     }
   } else if (key == "chunk_size") {
     search.chunk_size = ReadNonNegativeInt(value, key);
-  } else if (key == "early_stopping" || key == "past_present_share_buffer") {
-    ReadBool(value, key);  // beam-search / static-cache settings the Engine has no use for
-  } else if (key == "length_penalty" || key == "diversity_penalty") {
-    ReadNumber(value, key);
+  } else if (key == "early_stopping") {
+    search.early_stopping = ReadBool(value, key);
+  } else if (key == "past_present_share_buffer") {
+    search.past_present_share_buffer = ReadBool(value, key);
+  } else if (key == "length_penalty") {
+    search.length_penalty = ReadNumber(value, key);
+  } else if (key == "diversity_penalty") {
+    search.diversity_penalty = ReadNumber(value, key);
   } else if (key == "num_return_sequences") {
-    ReadInt(value, key);
+    search.num_return_sequences = ReadInt(value, key);
   } else {
     return false;
   }
@@ -535,6 +539,8 @@ void ParseEngineSection(const Value& engine, ModelConfig& config) {
     } else if (member.key == "static_batching") {
       config.dynamic_batching.reset();
       config.static_max_batch_size = ParseStaticBatching(RequireObject(member.value, member.key));
+    } else if (member.key == "shared_generators") {
+      config.shared_generators = ReadBool(member.value, member.key);
     } else {
       FailUnknownKey("engine", member);
     }

@@ -26,6 +26,13 @@ struct SearchConfig {
   int64_t no_repeat_ngram_size = 0;
   std::optional<uint64_t> random_seed;  // request seed basis
   int64_t chunk_size = 0;               // 0 = absent: prefill chunked only by the step budget
+  // Beam-search and cache-layout settings: stored so GeneratorParams reports them (beam search is
+  // refused by the Generator, the rest has no effect on one beam).
+  int64_t num_return_sequences = 1;
+  double length_penalty = 1.0;
+  double diversity_penalty = 0.0;
+  bool early_stopping = true;
+  bool past_present_share_buffer = true;
 };
 
 // engine.dynamic_batching.
@@ -133,6 +140,9 @@ struct ModelConfig {
   // engine.*: dynamic batching is selected iff present with at least one recognised key.
   std::optional<DynamicBatchingConfig> dynamic_batching;
   int64_t static_max_batch_size = 4;
+  // engine.shared_generators (oga): every Generator of the model runs on one shared engine
+  // (generator_host.h) instead of an engine of its own.
+  bool shared_generators = false;
   // Test-model extras ("test_model" object), ignored by real models.
   bool test_per_token_logits = false;
   int64_t test_max_block_table_columns = 0;

@@ -14,10 +14,13 @@ struct OgaModel {
   std::shared_ptr<oga::Model> model;
 };
 
-// Seed-era request defaults: a copy of the model's search section that the caller may override.
+// A Generator's settings (and the seed-era request defaults): a copy of the model's search section
+// that the caller may override, and whole-generation guidance.
 struct OgaGeneratorParams {
   std::shared_ptr<oga::Model> model;
   oga::SearchConfig search;
+  std::string guidance_type;  // empty = none
+  std::string guidance_data;
 };
 
 struct OgaStringArray {

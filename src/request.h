@@ -23,6 +23,8 @@
 namespace oga {
 
 class Engine;
+struct GeneratorRow;
+struct StepRequest;
 
 enum class RequestStatus : uint8_t {
   Unassigned,    // created, no turn yet
@@ -40,6 +42,11 @@ class Request : public std::enable_shared_from_this<Request> {
   size_t unprocessed() const { return tokens.size() - processed; }
   // A turn is queued or generating (Assigned or Active): schedulable work, a preemption candidate.
   bool executable() const { return status == RequestStatus::Assigned || status == RequestStatus::Active; }
+  // Whether a step may give it a row now: an executable turn with input left, not paused by the
+  // Generator that paces it (no token allowance left and no logits asked for).
+  bool schedulable() const {
+    return executable() && unprocessed() > 0 && (!paced || allowance > 0 || hold_logits || logits_held);
+  }
   // Its model state (paged blocks, or a row of the static batch) is resident.
   bool resident() const { return cache_slot >= 0 || static_row >= 0; }
   bool closed() const { return status == RequestStatus::Closed; }
@@ -86,6 +93,19 @@ class Request : public std::enable_shared_from_this<Request> {
   // counted as recompute; 0 once they are back in the cache.
   size_t recompute_until = 0;
 
+  // Generator rows (generator.h): a paced request produces at most `allowance` more tokens (one
+  // per Generator::GenerateNextToken), so a row never runs ahead of its caller. With `hold_logits`
+  // its next sampling step keeps the logits row in `held_logits` (`logits_held`) instead of
+  // selecting a token; Engine::SelectHeldToken selects from them later (get_logits / set_logits).
+  bool paced = false;
+  uint32_t allowance = 0;
+  bool hold_logits = false;
+  bool logits_held = false;
+  std::vector<float> held_logits;  // vocab_size floats once logits were held
+  int32_t eos_token = -1;          // the EOS id that ended the last turn (Eos), else -1
+  GeneratorRow* generator_row = nullptr;  // the Generator row this request serves, if any
+  StepRequest* step_request = nullptr;    // the step-API request it runs (step_requests.h), if any
+
   // Public handle bookkeeping: the one external handle (nullptr once the caller released it).
   std::atomic<OgaRequest*> handle{nullptr};
   std::atomic<bool> abandoned{false};
@@ -96,9 +116,12 @@ class Request : public std::enable_shared_from_this<Request> {
 
 }  // namespace oga
 
-// C handle: the caller's one external reference.
+// C handle: the caller's one external reference. A request of the step API (OgaCreateRequest)
+// has `step` instead of `request` (its engine request is the StepRequest's, created when an
+// engine admits it).
 struct OgaRequest {
   std::shared_ptr<oga::Request> request;
+  std::shared_ptr<oga::StepRequest> step;
   std::weak_ptr<oga::Engine> engine;  // for abandonment from any thread
   std::atomic<void*> user_data{nullptr};
 };

@@ -59,9 +59,18 @@ void DynamicBatchScheduler::Remove(Request& request) {
 }
 
 bool DynamicBatchScheduler::HasExecutableWork() const {
-  if (!waiting_.empty()) return true;
+  for (const Request* request : waiting_) {
+    if (request->schedulable()) return true;
+  }
   for (const Request* request : residents_) {
-    if (request->executable()) return true;
+    if (request->schedulable()) return true;
+  }
+  return false;
+}
+
+bool DynamicBatchScheduler::HasSchedulableWaiting() const {
+  for (const Request* request : waiting_) {
+    if (request->schedulable()) return true;
   }
   return false;
 }
@@ -75,24 +84,26 @@ void DynamicBatchScheduler::PlanStep(StepPlan& plan, bool admit) const {
   }
   bool more = true;
   bool any_candidate = false;
+  // Requests a Generator paused (schedulable() false) are skipped: they keep their place.
   for (Request* request : residents_) {
     if (!more) break;
-    if (request->status != RequestStatus::Active) continue;
+    if (request->status != RequestStatus::Active || !request->schedulable()) continue;
     any_candidate = true;
     more = Consider(*request, false, false, budget, plan);
   }
   for (Request* request : residents_) {
     if (!more) break;
-    if (request->status != RequestStatus::Assigned) continue;
+    if (request->status != RequestStatus::Assigned || !request->schedulable()) continue;
     any_candidate = true;
     more = Consider(*request, false, true, budget, plan);
   }
-  if (!admit && !waiting_.empty()) {
+  if (!admit && HasSchedulableWaiting()) {
     any_candidate = true;
     plan.capacity_deferred = true;
   }
   for (Request* request : waiting_) {
     if (!more || !admit) break;
+    if (!request->schedulable()) continue;
     any_candidate = true;
     more = Consider(*request, true, true, budget, plan);
   }

@@ -72,6 +72,7 @@ class DynamicBatchScheduler {
   // Publishes the admissions of a committed plan (after the cache committed it).
   void CommitAdmissions(const StepPlan& plan);
 
+  // Whether a step would find a schedulable request (Request::schedulable).
   bool HasExecutableWork() const;
   const std::vector<Request*>& waiting() const { return waiting_; }
   const std::vector<Request*>& residents() const { return residents_; }
@@ -79,6 +80,7 @@ class DynamicBatchScheduler {
 
  private:
   struct Budget;
+  bool HasSchedulableWaiting() const;
   // Returns false when no later candidate can be selected either.
   bool Consider(Request& request, bool newly_admitted, bool prefill, Budget& budget, StepPlan& plan) const;
   // Gives decode rows with a pending proposal as many of its drafts as the token budget, the free

@@ -24,7 +24,7 @@ void StaticBatchScheduler::RemoveWaiting(Request& request) {
 
 bool StaticBatchScheduler::AnyRowExecutable() const {
   for (const StaticRow& row : rows_) {
-    if (row.request->executable()) return true;
+    if (row.request->schedulable()) return true;
   }
   return false;
 }
@@ -35,7 +35,7 @@ StaticStepKind StaticBatchScheduler::PlanStep() {
   // A batch whose prefill has not committed yet (a retryable failure) prefills again.
   if (!rows_.empty() && rows_.front().processed == 0 && AnyRowExecutable()) return StaticStepKind::PrefillBatch;
   for (const StaticRow& row : rows_) {
-    if (row.request->status == RequestStatus::Assigned) return StaticStepKind::Continue;
+    if (row.request->status == RequestStatus::Assigned && row.request->schedulable()) return StaticStepKind::Continue;
   }
   if (AnyRowExecutable()) return StaticStepKind::Decode;
   if (waiting_.empty()) return StaticStepKind::None;
@@ -85,7 +85,8 @@ const OgaExtStaticStepInputs& StaticBatchDecoderIO::Pack(StaticStepKind kind, co
     } else if (kind == StaticStepKind::PrefillBatch) {
       query = std::max(query, request.tokens.size());
       total = std::max(total, query);
-    } else if (kind == StaticStepKind::Continue && request.status == RequestStatus::Assigned) {
+    } else if (kind == StaticStepKind::Continue && request.status == RequestStatus::Assigned &&
+               request.schedulable()) {
       query = request.unprocessed();
       total = std::max(total, request.tokens.size());
     } else {
@@ -108,15 +109,17 @@ const OgaExtStaticStepInputs& StaticBatchDecoderIO::Pack(StaticStepKind kind, co
       fed = request.tokens.size();
       std::copy(request.tokens.begin(), request.tokens.end(), ids);
       length = fed;
-    } else if (open && kind == StaticStepKind::Continue && request.status == RequestStatus::Assigned) {
+    } else if (open && kind == StaticStepKind::Continue && request.status == RequestStatus::Assigned &&
+               request.schedulable()) {
       fed = request.unprocessed();
       std::copy(request.tokens.begin() + static_cast<std::ptrdiff_t>(request.processed), request.tokens.end(), ids);
       length = request.tokens.size();
-    } else if (open && request.status == RequestStatus::Active) {
+    } else if (open && request.status == RequestStatus::Active && request.schedulable()) {
       ids[0] = request.tokens[request.processed];
       length = row.processed + 1;
     } else {
-      // Rows whose turn ended, and closed rows (which keep only this row-essential state), rewrite
+      // Rows whose turn ended, rows a Generator paused, and closed rows (which keep only this
+      // row-essential state), rewrite
       // their own next slot with a frozen input: they still share the batch's cache allocation, but
       // nothing they compute is read.
       ids[0] = row.frozen_token;

@@ -5,7 +5,8 @@
 // recycled (residents lose their cache) and the next batch is prefilled. Nothing joins a resident
 // batch. Every resident row takes part in every step: rows whose turn ended (or that were closed)
 // are fed their frozen input and produce no events, because the rows share one contiguous cache
-// allocation. A single-row batch may continue with a new turn while it is resident.
+// allocation. A single-row batch may continue with a new turn while it is resident. Rows a
+// Generator paused (Request::schedulable() false) are fed like rows whose turn ended.
 //
 // StaticBatchDecoderIO packs a step: right-padded input_ids [rows, S] and an attention_mask
 // [rows, T] of ones followed by zeros, in buffers allocated once at the configured limits.

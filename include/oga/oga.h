@@ -79,6 +79,9 @@ typedef struct OgaEngineCapabilities OgaEngineCapabilities; /* owned immutable s
 typedef struct OgaSpeculativeStats OgaSpeculativeStats;     /* owned immutable snapshot */
 typedef struct OgaStringArray OgaStringArray;               /* owned list of NUL-terminated strings */
 typedef struct OgaSequences OgaSequences;                   /* owned list of token-id sequences */
+typedef struct OgaGenerator OgaGenerator;                   /* token-by-token generation loop */
+typedef struct OgaTensor OgaTensor;                         /* n-dimensional array (Generator logits) */
+typedef struct OgaNamedTensors OgaNamedTensors;             /* never created by oga (not supported) */
 
 /* ---------------------------------------------------------------------------------------------
  * Constants: fixed-width typedefs with #defined values; never renumbered.
@@ -108,6 +111,23 @@ typedef uint32_t OgaErrorCode;
 #define OgaErrorCode_RequestUnserviceable 4u      /* TurnFinished|Failed: request can never fit */
 #define OgaErrorCode_EngineContractFailure 5u     /* broken internal invariant; engine poisoned */
 #define OgaErrorCode_EngineExecutionFailure 6u    /* unrecoverable execution failure; engine poisoned */
+
+/* Element types of OgaTensor (ONNX's numbering; 0.18's OgaElementType enum has the same values). */
+typedef int32_t OgaElementType;
+#define OgaElementType_undefined 0
+#define OgaElementType_float32 1
+#define OgaElementType_uint8 2
+#define OgaElementType_int8 3
+#define OgaElementType_uint16 4
+#define OgaElementType_int16 5
+#define OgaElementType_int32 6
+#define OgaElementType_int64 7
+#define OgaElementType_string 8
+#define OgaElementType_bool 9
+#define OgaElementType_float16 10
+#define OgaElementType_float64 11
+#define OgaElementType_uint32 12
+#define OgaElementType_uint64 13
 
 /* ---------------------------------------------------------------------------------------------
  * Results. Any thread.
@@ -166,25 +186,152 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaConfigSetProviderOption(OgaConfig* config,
 OGA_EXPORT OgaResult* OGA_API_CALL OgaCreateModelFromConfig(const OgaConfig* config, OgaModel** out);
 
 /* ---------------------------------------------------------------------------------------------
- * Generator parameters: seed-era request defaults, used only by OgaExtEngineCreateRequestWithParams
- * (0.18's Engine takes every default from the model's search section). Any thread.
+ * Generator parameters: the search settings of a Generator, and the seed-era request defaults of
+ * OgaExtEngineCreateRequestWithParams (0.18's Engine takes every default from the model's search
+ * section). Any thread; not thread-safe per object.
  * ------------------------------------------------------------------------------------------- */
-/* A copy of the model's search section in a new handle, *out, released with
- * OgaDestroyGeneratorParams; it keeps a reference to the model. */
+/* A copy of the model's search section (search.max_length defaults to context_length) in a new
+ * handle, *out, released with OgaDestroyGeneratorParams; it keeps a reference to the model. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaCreateGeneratorParams(const OgaModel* model, OgaGeneratorParams** out);
 /* NULL-safe. Requests created from the parameters keep their own copy of the values. */
 OGA_EXPORT void OGA_API_CALL OgaDestroyGeneratorParams(OgaGeneratorParams* params);
-/* Sets search option `name` of the copy. Integer options (max_length, min_length, num_beams,
- * batch_size, top_k, no_repeat_ngram_size, chunk_size, random_seed) need an integral value, else
- * "<name> must be an integer search option."; top_p, temperature and repetition_penalty take any
- * double; a negative random_seed means unseeded. do_sample is boolean only: through the Number
- * setter it fails "do_sample must be a boolean search option.", and the Bool setter accepts no
- * other name ("<name> must be an integer search option." / "... must be a number search option.").
- * Unknown names fail "<name> is not a search option oga knows.". Values are not range-checked here:
- * request creation rejects num_beams != 1, min_length != 0 and max_length <= 0 (batch_size is
- * ignored, as in 0.18), and OgaRequestBeginTurn checks the sampling values (see Turn options). */
+/* Sets search option `name` of the copy. Names (0.18's): numbers batch_size, chunk_size,
+ * diversity_penalty, length_penalty, max_length, min_length, no_repeat_ngram_size, num_beams,
+ * num_return_sequences, random_seed (negative = unseeded), repetition_penalty, temperature, top_k,
+ * top_p (the integer ones must be int32 integers); bools do_sample, early_stopping,
+ * past_present_share_buffer. Unknown names and the wrong setter fail with 0.18's texts. Values are
+ * validated where they are used: a Generator checks them when it is created (beam search,
+ * num_beams > 1, is refused); OgaExtEngineCreateRequestWithParams rejects num_beams != 1,
+ * min_length != 0 and max_length <= 0 (batch_size is ignored there, as in 0.18), and
+ * OgaRequestBeginTurn checks the sampling values (see Turn options). */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsSetSearchNumber(OgaGeneratorParams* params, const char* name, double value);
 OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsSetSearchBool(OgaGeneratorParams* params, const char* name, bool value);
+/* "<name> is an invalid name for GetSearchNumber." / "... GetSearchBool." for names of the other kind. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsGetSearchNumber(const OgaGeneratorParams* params, const char* name, double* out);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsGetSearchBool(const OgaGeneratorParams* params, const char* name, bool* out);
+/* Whole-generation guidance: type json_schema, regex or lark_grammar (empty type clears it). The
+ * grammar is compiled when a Generator's turn begins. enable_ff_tokens (fast-forward tokens) is not
+ * supported and fails. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsSetGuidance(OgaGeneratorParams* params, const char* type, const char* data,
+                                                                 bool enable_ff_tokens);
+/* Speculative-decoding options of 0.18's Generator: not supported by oga (they fail, naming README
+ * 'Not supported by oga'). */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsSetSpeculativeNumber(OgaGeneratorParams* params, const char* name, double value);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsSetSpeculativeBool(OgaGeneratorParams* params, const char* name, bool value);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsGetSpeculativeNumber(const OgaGeneratorParams* params, const char* name, double* out);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsGetSpeculativeBool(const OgaGeneratorParams* params, const char* name, bool* out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Generator: 0.18's token-by-token loop on the engine core (src/generator.h). batch_size rows,
+ * each one sequence; every OgaGenerator_GenerateNextToken gives each unfinished row one token.
+ * Calls may come from any thread, one at a time (not concurrently), except
+ * OgaGenerator_SetRuntimeOption and OgaGenerator_IsSessionTerminated, which may run while another
+ * thread generates. Beam search (num_beams > 1) is refused at creation.
+ * ------------------------------------------------------------------------------------------- */
+/* Checks the parameters (0.18's texts: max_length within context_length, batch_size in [1, 32],
+ * num_return_sequences 1) and creates the Generator's own engine. The Generator keeps the model. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaCreateGenerator(const OgaModel* model, const OgaGeneratorParams* params,
+                                                      OgaGenerator** out);
+OGA_EXPORT void OGA_API_CALL OgaDestroyGenerator(OgaGenerator* generator);
+/* True once every row ended (EOS) or the sequences reached max_length; false before any input and
+ * for NULL. A terminated session reports true (the Python binding raises instead, as 0.18 does). */
+OGA_EXPORT bool OGA_API_CALL OgaGenerator_IsDone(OgaGenerator* generator);
+OGA_EXPORT bool OGA_API_CALL OgaGenerator_IsSessionTerminated(const OgaGenerator* generator);
+/* "terminate_session" with "1" or "0": while set, generation calls fail with "Session in Terminated
+ * state, exiting!" (a running GenerateNextToken stops before its next step). Other keys fail. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_SetRuntimeOption(OgaGenerator* generator, const char* key, const char* value);
+/* Appends input: `input_ids_count` tokens, batch_size rows of equal length (a right-padded block;
+ * the pad token after a row's last real token is not model input). Copied. For batch_size > 1 only
+ * once (until RewindTo(0)). The model runs when GenerateNextToken or GetLogits needs it. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_AppendTokens(OgaGenerator* generator, const int32_t* input_ids,
+                                                             size_t input_ids_count);
+/* One sequence per row, of any lengths (right-padded with the pad token to the longest). */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_AppendTokenSequences(OgaGenerator* generator, const OgaSequences* sequences);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_GenerateNextToken(OgaGenerator* generator);
+/* *out: borrowed array of one token per row (the last token of each sequence), valid until the
+ * next call that changes the Generator. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_GetNextTokens(const OgaGenerator* generator, const int32_t** out, size_t* out_count);
+/* Keeps the first new_length tokens (batch_size > 1: only 0, which clears every row). */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_RewindTo(OgaGenerator* generator, size_t new_length);
+/* Sequence length (every row has the same); 0 for NULL. */
+OGA_EXPORT size_t OGA_API_CALL OgaGenerator_TokenCount(const OgaGenerator* generator);
+/* Length and borrowed data of row `index` (valid until the next call that changes the Generator);
+ * 0 / NULL for NULL or an index out of range (0.18 reads past its rows). */
+OGA_EXPORT size_t OGA_API_CALL OgaGenerator_GetSequenceCount(const OgaGenerator* generator, size_t index);
+OGA_EXPORT const int32_t* OGA_API_CALL OgaGenerator_GetSequenceData(const OgaGenerator* generator, size_t index);
+/* *out: a new float32 tensor [batch_size, 1, vocab_size] (owned by the caller; OgaDestroyTensor) of
+ * every row's next-token logits; rows that ended read 0. Runs the model on pending input first. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_GetLogits(OgaGenerator* generator, OgaTensor** out);
+/* Replaces the next-token logits (float32, batch_size * vocab_size elements, any shape); the next
+ * GenerateNextToken selects from them. Only after AppendTokens or GetLogits (0.18's rule). */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_SetLogits(OgaGenerator* generator, OgaTensor* tensor);
+/* Owned snapshot (the Generator verifies no drafts: every count is 0); OgaDestroySpeculativeStats. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_GetSpeculativeStats(const OgaGenerator* generator, OgaSpeculativeStats** out);
+/* Model inputs and outputs by name, hidden states and state snapshots of 0.18's Generator: not
+ * supported by oga (each fails, naming README 'Not supported by oga'). */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_SetInputs(OgaGenerator* generator, const OgaNamedTensors* named_tensors);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_SetModelInput(OgaGenerator* generator, const char* name, OgaTensor* tensor);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_GetInput(const OgaGenerator* generator, const char* name, OgaTensor** out);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_GetOutput(const OgaGenerator* generator, const char* name, OgaTensor** out);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_SetHiddenStates(OgaGenerator* generator, OgaTensor* hidden_states);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_SnapshotState(OgaGenerator* generator);
+
+/* ---------------------------------------------------------------------------------------------
+ * The step API of onnxruntime-genai 0.10-0.15 (a compatibility form on the same engine; see
+ * src/step_requests.h). A request created by OgaCreateRequest collects its prompt with
+ * OgaRequestAddTokens, is added to an engine, and reads the tokens the engine generates for it
+ * after OgaEngineStep hands it back. Such a request is used with these functions only (the turn
+ * functions above refuse it), and an engine serving such requests is driven by OgaEngineStep (its
+ * OgaEngineRun is refused). Release with OgaDestroyRequest (any thread): the engine then removes it.
+ * ------------------------------------------------------------------------------------------- */
+/* A request with the search settings of `params` (copied): max_length caps its sequence, sampling
+ * settings make its turn policy, min_length is a floor on the sequence per turn. Any thread. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaCreateRequest(const OgaGeneratorParams* params, OgaRequest** out);
+/* Any thread. Exactly one sequence. Before the request is added: its prompt. Once its turn is
+ * complete: a continuation (as OgaRequestContinue). While it waits for admission or generates:
+ * refused ("Cannot add tokens to a request that is waiting for admission to the engine." / "Cannot
+ * add tokens while the request is generating; ..."). */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaRequestAddTokens(OgaRequest* request, const OgaSequences* tokens);
+/* Any thread. The next turn's input of a request whose turn is complete (the engine keeps its cache). */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaRequestContinue(OgaRequest* request, const OgaSequences* tokens);
+/* Any thread. Generated tokens not read yet; reading one past the end fails with "All tokens have
+ * been seen." */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaRequestHasUnseenTokens(const OgaRequest* request, bool* out);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaRequestGetUnseenToken(OgaRequest* request, int32_t* out);
+/* Any thread. The current turn ended (EOS or max_length) or the request was removed (0.13's IsDone;
+ * IsTurnComplete is the later name). */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaRequestIsDone(const OgaRequest* request, bool* out);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaRequestIsTurnComplete(const OgaRequest* request, bool* out);
+/* Any thread. One pointer for the caller, never dereferenced by oga. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaRequestSetOpaqueData(OgaRequest* request, void* data);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaRequestGetOpaqueData(OgaRequest* request, void** out);
+/* Any thread. On the owner thread the request is admitted now (its errors are this call's); from
+ * another thread it is queued for the owner thread, which admits it at its next OgaEngineStep or
+ * OgaEngineHasPendingRequests. A request can be added once ("Cannot add the request to the engine
+ * since it is already assigned.") and needs tokens ("Cannot schedule a request with no tokens."). */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaEngineAddRequest(OgaEngine* engine, OgaRequest* request);
+/* Any thread (queued for the owner thread like OgaEngineAddRequest). Stops the request and releases
+ * its cache; tokens generated before stay readable, no more come. A request of another engine is
+ * refused. Idempotent. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaEngineRemoveRequest(OgaEngine* engine, OgaRequest* request);
+/* [owner] *out: the next request with unread tokens (borrowed: the caller's own handle), running
+ * one engine step when none has any; NULL when there is nothing to do. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaEngineStep(OgaEngine* engine, OgaRequest** out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tensors. Any thread.
+ * ------------------------------------------------------------------------------------------- */
+/* With `data`, the tensor borrows it (the caller keeps it alive and unchanged in size); with NULL,
+ * it owns zeroed storage. Dimensions must not be negative; string tensors are not supported. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaCreateTensorFromBuffer(void* data, const int64_t* shape_dims, size_t shape_dims_count,
+                                                             OgaElementType element_type, OgaTensor** out);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaTensorGetType(OgaTensor* tensor, OgaElementType* out);
+OGA_EXPORT OgaResult* OGA_API_CALL OgaTensorGetShapeRank(OgaTensor* tensor, size_t* out);
+/* shape_dims_count must equal the rank. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaTensorGetShape(OgaTensor* tensor, int64_t* shape_dims, size_t shape_dims_count);
+/* *out: the tensor's elements, valid as long as the tensor. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaTensorGetData(OgaTensor* tensor, void** out);
+OGA_EXPORT void OGA_API_CALL OgaDestroyTensor(OgaTensor* tensor);
 
 /* ---------------------------------------------------------------------------------------------
  * Engine lifecycle
@@ -205,7 +352,8 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaCreateEngine(OgaModel* model, OgaEngine** 
  * other call on the engine (there is no check). NULL-safe. */
 OGA_EXPORT void OGA_API_CALL OgaDestroyEngine(OgaEngine* engine);
 /* [owner] Reclaims abandoned requests (OgaDestroyRequest), then *out = true iff retained events are
- * waiting to be delivered or some turn is queued or generating. TurnComplete requests do not count.
+ * waiting to be delivered or some turn is queued or generating (also: step-API requests queued from
+ * other threads or holding unread tokens; see OgaEngineStep). TurnComplete requests do not count.
  * A poisoned engine reports only its retained events (false once they are drained). */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaEngineHasPendingRequests(OgaEngine* engine, bool* out);
 /* [owner] *out = the most draft tokens one OgaRequestSetDraftTokens proposal may hold (at most 7,
@@ -338,8 +486,9 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaRequestSetDraftTokens(OgaRequest* request,
 /* Any thread. Releases the external handle: `request` is invalid afterwards, and events that named
  * it report a NULL request from now on. An open request is abandoned: the engine closes it at its
  * next owner-thread boundary (request creation, BeginTurn, a positive-capacity Run,
- * HasPendingRequests, ...) and frees it; turn options bound to it keep working until then and fail
- * "Cannot use Turn options after their Request has been destroyed." afterwards. NULL-safe. */
+ * HasPendingRequests, ...; a step-API request at its engine's next OgaEngineStep or
+ * OgaEngineHasPendingRequests) and frees it; turn options bound to it keep working until then and
+ * fail "Cannot use Turn options after their Request has been destroyed." afterwards. NULL-safe. */
 OGA_EXPORT void OGA_API_CALL OgaDestroyRequest(OgaRequest* request);
 
 /* ---------------------------------------------------------------------------------------------
@@ -449,8 +598,9 @@ OGA_EXPORT void OGA_API_CALL OgaDestroyEngineEventBuffer(OgaEngineEventBuffer* b
  * first. Zero events is a normal outcome (a partial prefill commits without an event): keep
  * running while OgaEngineHasPendingRequests says so. A buffer of another engine (live or
  * destroyed) fails "buffer must be used with the Engine that created it."; on such a validation
- * failure the buffer is untouched. A capacity-0 buffer validates, then does nothing. A poisoned
- * engine delivers its retained failure events, then fails every Run with the stored message. A
+ * failure the buffer is untouched. A capacity-0 buffer validates, then does nothing. Refused while
+ * the engine serves step-API requests (their events are OgaEngineStep's). A poisoned engine
+ * delivers its retained failure events, then fails every Run with the stored message. A
  * positive-capacity Run that passed validation invalidates the buffer's earlier views even if it
  * fails afterwards (an allocation failure while planning: the engine stays healthy, the buffer is
  * empty). An interrupted executor callback (oga_ext.h, OgaExtExecutionStatus_Interrupted) rolls the

@@ -533,6 +533,10 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaExtTestModelInjectFault(OgaModel* model, O
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtEngineCreateRequestWithParams(OgaEngine* engine, const OgaGeneratorParams* params,
                                                                         const OgaRequestOptions* request_options, OgaRequest** out);
 
+/* OgaGenerator_IsDone with an error channel (the Python binding's is_done): fails with "Session in
+ * Terminated state, exiting!" while terminate_session is set, as 0.18's Python is_done raises. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaExtGeneratorIsDone(OgaGenerator* generator, bool* out);
+
 /* ---------------------------------------------------------------------------------------------
  * Binding support
  * ------------------------------------------------------------------------------------------- */
