@@ -69,9 +69,9 @@ if sanitize:
 
 core = Extension(
     "oga._core",
-    sources=["oga/_core.pyx"] + _rel("src/*.cpp"),
+    sources=["oga/_core.pyx"] + _rel("src/*/*.cpp"),
     include_dirs=["include", "src"],
-    depends=_rel("include/oga/*.h") + _rel("src/*.h") + ["oga/_core.pxd"],
+    depends=_rel("include/oga/*.h") + _rel("src/*/*.h") + ["oga/_core.pxd"] + _rel("oga/*.pxi"),
     language="c++",
     extra_compile_args=core_compile_args,
     extra_link_args=core_link_args,

@@ -1,5 +1,5 @@
 // The logits processors that run on device before selection, in place, in the CPU engine's order
-// (src/sampler.cpp ProcessLogits): first the EOS floor (min-length masking), then the repetition
+// (src/sampling/sampler.cpp ProcessLogits): first the EOS floor (min-length masking), then the repetition
 // penalty. fp16 rows are processed in float and stored back rounded to nearest, so a penalized fp16
 // logit can differ from the CPU's float result by half an fp16 ulp.
 //

@@ -3,7 +3,7 @@
 //
 // A counter-based generator makes draw n a pure function of (seed, n): the sampling kernel needs no
 // per-request generator state in device memory beyond one 64-bit counter, a step that is rolled back
-// simply keeps its old counter, and the CPU sampler (src/random_stream.h) and the device kernels draw
+// simply keeps its old counter, and the CPU sampler (src/base/random_stream.h) and the device kernels draw
 // the same numbers for the same (seed, n).
 //
 //   key     = (low 32 bits of the seed, high 32 bits of the seed)

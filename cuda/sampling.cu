@@ -5,7 +5,7 @@
 // every logit is -inf or NaN (the host then falls back, as the CPU engine does). Greedy rows draw
 // nothing, so their counter is written back unchanged.
 //
-// A sampled row follows the CPU sampler (src/sampler.cpp):
+// A sampled row follows the CPU sampler (src/sampling/sampler.cpp):
 //   candidates  every logit above -inf (NaN never is one);
 //   top_k       when 0 < top_k < vocab: the top_k largest, ties going to the lower index;
 //   top_p       when 0 < top_p < 1: the smallest prefix of the kept candidates in (logit descending,

@@ -14,9 +14,6 @@ __path__ = _pkgutil.extend_path(__path__, __name__)
 
 from . import _core  # noqa: E402
 
-# OgaCreateModel loads ONNX model directories through the ONNX Runtime executor (oga/executor/).
-_core._register_model_loader()
-
 
 def _find_llguidance():
     """The llguidance wheel's extension module, whose C API runs guidance; found without importing
@@ -136,6 +133,14 @@ from .runtime import (  # noqa: E402
 )
 from .tensor import ElementType, Tensor  # noqa: E402
 from .tokenizer import Tokenizer, TokenizerStream  # noqa: E402
+
+# OgaCreateModel loads ONNX model directories through the ONNX Runtime executor (oga/executor/), and
+# stop strings and guidance read token texts through oga.tokenizer: _core calls them back, and
+# imports neither.
+from . import executor as _executor  # noqa: E402
+from . import tokenizer as _tokenizer  # noqa: E402
+
+_core._register_callbacks(_executor, _tokenizer)
 
 from . import runtime as _runtime  # noqa: E402
 

@@ -30,6 +30,27 @@ cdef extern from "oga/oga.h" nogil:
     ctypedef uint32_t OgaFinishReason
     ctypedef uint32_t OgaEngineEventFlags
     ctypedef uint32_t OgaErrorCode
+    enum:
+        OgaFinishReason_None
+        OgaFinishReason_Eos
+        OgaFinishReason_StopString
+        OgaFinishReason_MaxGeneratedTokens
+        OgaFinishReason_MaxSessionTokens
+        OgaFinishReason_Cancelled
+        OgaFinishReason_Failed
+        OgaEngineEventFlag_None
+        OgaEngineEventFlag_Token
+        OgaEngineEventFlag_TurnFinished
+        OgaEngineEventFlag_CapacityBlocked
+        OgaEngineEventFlag_Failed
+        OgaEngineEventFlag_Retryable
+        OgaErrorCode_None
+        OgaErrorCode_CapacityDeferred
+        OgaErrorCode_ExecutionCapacityExceeded
+        OgaErrorCode_RetryableExecution
+        OgaErrorCode_RequestUnserviceable
+        OgaErrorCode_EngineContractFailure
+        OgaErrorCode_EngineExecutionFailure
 
     # Results
     const char* OgaResultGetError(const c_OgaResult* result)
@@ -208,6 +229,27 @@ cdef extern from "oga/oga_ext.h" nogil:
         OgaExtErrorKind_Internal
     OgaExtErrorKind OgaExtResultGetErrorKind(const c_OgaResult* result)
     ctypedef uint32_t OgaExtExecutionStatus
+    enum:
+        OgaExtExecutionStatus_Ok
+        OgaExtExecutionStatus_Retryable
+        OgaExtExecutionStatus_CapacityExceeded
+        OgaExtExecutionStatus_Fatal
+        OgaExtExecutionStatus_Interrupted
+        OgaExtLogitsType_Float32
+        OgaExtLogitsType_Float16
+        OgaExtStateGroupKind_PagedKv
+        OgaExtStateGroupKind_FixedConv
+        OgaExtStateGroupKind_FixedRecurrent
+        OgaExtFaultPhase_Plan
+        OgaExtFaultPhase_Reserve
+        OgaExtFaultPhase_Execute
+        OgaExtFaultPhase_Sample
+        OgaExtFaultPhase_CommitPrepare
+        OgaExtFaultPhase_Commit
+        OgaExtFaultPhase_FixedStatePrepare
+        OgaExtFaultPhase_DeviceCopy
+        OgaExtFaultPhase_DeviceSample
+    size_t OgaExtTokenize_Interrupted
     ctypedef uint32_t OgaExtLogitsType
     ctypedef uint32_t OgaExtFaultPhase
 

@@ -38,6 +38,42 @@ class EngineErrorCode(enum.IntEnum):
     ENGINE_CONTRACT_FAILURE = 5
     ENGINE_EXECUTION_FAILURE = 6
 
+class ErrorKind(enum.IntEnum):
+    NONE = 0
+    API = 1
+    CONTRACT = 2
+    RETRYABLE = 3
+    DEVICE = 4
+    INTERRUPTED = 5
+    OUT_OF_MEMORY = 6
+    INTERNAL = 7
+
+class OgaError(RuntimeError):
+    kind: ErrorKind
+    def __init__(self, message: str, kind: ErrorKind = ...) -> None: ...
+
+class ExecutionStatus(enum.IntEnum):
+    OK = 0
+    RETRYABLE = 1
+    CAPACITY_EXCEEDED = 2
+    FATAL = 3
+    INTERRUPTED = 4
+
+class LogitsType(enum.IntEnum):
+    FLOAT32 = 0
+    FLOAT16 = 1
+
+class FaultPhase(enum.IntEnum):
+    PLAN = 0
+    RESERVE = 1
+    EXECUTE = 2
+    SAMPLE = 3
+    COMMIT_PREPARE = 4
+    COMMIT = 5
+    FIXED_STATE_PREPARE = 6
+    DEVICE_COPY = 7
+    DEVICE_SAMPLE = 8
+
 class OgaConfig:
     path: str
     def __init__(self, config_path: _Path) -> None: ...
@@ -193,5 +229,6 @@ def _request_fixed_state_row(request: OgaRequest, tensor: int) -> bytes: ...
 def _engine_set_fixed_state_fallback_only(engine: OgaEngine, fallback_only: bool) -> None: ...
 def _request_set_last_turn_id(request: OgaRequest, turn_id: int) -> None: ...
 def _device_ops_table(ops: Any) -> Any: ...
-def _register_model_loader() -> None: ...
+def _register_callbacks(executor_package: Any, tokenizer_module: Any) -> None: ...
+def _config_decoder_names(config: OgaConfig) -> Dict[str, Any]: ...
 def _set_guidance_library(path: Optional[str]) -> None: ...

@@ -15,11 +15,12 @@ import threading
 
 import numpy as np
 
+from oga import _core
 from oga.cuda_kernels import CudaUnavailable
 from oga.device import DeviceError, DeviceOutOfMemory
 
 # OgaExtLogitsType -> element type of a logits row.
-LOGITS_DTYPES = {0: np.dtype(np.float32), 1: np.dtype(np.float16)}
+LOGITS_DTYPES = {int(_core.LogitsType.FLOAT32): np.dtype(np.float32), int(_core.LogitsType.FLOAT16): np.dtype(np.float16)}
 
 _ALIGNMENT = 16  # of every array packed into a staging buffer (the kernels read 8-byte words)
 

@@ -21,24 +21,12 @@ __all__ = [
 ]
 
 # OgaExtFaultPhase values.
-FAULT_PHASES = {
-    "plan": 0,
-    "reserve": 1,
-    "execute": 2,
-    "sample": 3,
-    "commit_prepare": 4,
-    "commit": 5,
-    "fixed_state_prepare": 6,
-    "device_copy": 7,
-    "device_sample": 8,
-}
+FAULT_PHASES = {phase.name.lower(): int(phase) for phase in _core.FaultPhase}
 # OgaExtExecutionStatus values an armed "execute" fault reports.
-FAULT_KINDS = {
-    "retryable": 1,
-    "capacity": 2,
-    "fatal": 3,
-    "interrupted": 4,  # OgaExtExecutionStatus_Interrupted
-}
+FAULT_KINDS = {"retryable": int(_core.ExecutionStatus.RETRYABLE),
+               "capacity": int(_core.ExecutionStatus.CAPACITY_EXCEEDED),
+               "fatal": int(_core.ExecutionStatus.FATAL),
+               "interrupted": int(_core.ExecutionStatus.INTERRUPTED)}
 
 
 def create_test_model(

@@ -186,12 +186,8 @@ class FakeLoader:
 
 
 def restore_loader(lib):
-    """Puts back the package's own loader (registered when oga is imported), or none."""
-    register = getattr(og._core, "_register_model_loader", None)
-    if register is not None:
-        register()
-    else:
-        lib.OgaExtSetModelLoader(None)
+    """Puts back the package's own loader (registered when oga is imported)."""
+    og._core._register_callbacks(og._executor, og._tokenizer)
 
 
 @pytest.fixture

@@ -408,10 +408,13 @@ def test_generator_on_oga_paged_builds_matches_the_engine(build, request):
         assert len(tokens) >= len(generated) or generated[len(tokens)] in eos
 
 
-def test_ctrl_c_inside_the_model_reaches_the_caller(tiny_paged_dir):
-    """A KeyboardInterrupt raised while the model runs is raised by generate_next_token; the step
-    was rolled back, and the next call delivers its token: the sequence is the uninterrupted one."""
-    from oga import onnx_executor
+def test_ctrl_c_inside_the_model_reaches_the_caller(tiny_paged_dir, monkeypatch):
+    """A KeyboardInterrupt raised while the model runs (in the Python executor's session run) is
+    raised by generate_next_token; the step was rolled back, and the next call delivers its token:
+    the sequence is the uninterrupted one."""
+    from oga import executor as executors
+
+    monkeypatch.setenv("OGA_EXECUTOR", "python")
 
     class InterruptedSession:
         def __init__(self, session):
@@ -427,9 +430,12 @@ def test_ctrl_c_inside_the_model_reaches_the_caller(tiny_paged_dir):
             return getattr(self._session, name)
 
     clean = greedy(og, tiny_paged_dir, "tiny-fp32-paged")[0]
-    before = set(map(id, onnx_executor.OnnxEngineExecutor.live))
-    g = generator(og, tiny_paged_dir, max_length=len(TINY_PROMPT) + 24)
-    [executor] = [e for e in onnx_executor.OnnxEngineExecutor.live if id(e) not in before]
+    python_model = og.Model(tiny_paged_dir)  # a model of its own: the cached one runs natively
+    params = og.GeneratorParams(python_model)
+    params.set_search_options(max_length=len(TINY_PROMPT) + 24)
+    before = set(map(id, executors.OnnxEngineExecutor.live))
+    g = og.Generator(python_model, params)
+    [executor] = [e for e in executors.OnnxEngineExecutor.live if id(e) not in before]
     g.append_tokens(np.array(TINY_PROMPT, np.int32))
     for _ in range(3):
         g.generate_next_token()

@@ -1,4 +1,4 @@
-"""Greedy token selection over crafted logits rows (src/first_max.cpp: one vectorized pass, AVX2 or
+"""Greedy token selection over crafted logits rows (src/sampling/first_max.cpp: one vectorized pass, AVX2 or
 SSE2 by CPU): the first index of the largest value, NaN never chosen, ties broken toward the lowest
 index across vector lanes and the scalar tail, a masked EOS skipped for the next occurrence of the
 maximum or the next best value. A Python executor (tests/test_executor_interface.py) returns each

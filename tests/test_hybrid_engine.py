@@ -30,7 +30,7 @@ def hybrid_cfg(**cfg):
 
 def expected_row(tokens, tensor, words=3):
     """The test executor's fixed row of `tensor` after `tokens` (module docstring of
-    src/test_executor.cpp), computed from the oracle's state chain."""
+    src/testing/test_executor.cpp), computed from the oracle's state chain."""
     if not tokens:
         return bytes(8 * words)
     state = STATE_INIT

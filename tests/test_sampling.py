@@ -1099,7 +1099,7 @@ def test_model_default_sampling_and_per_turn_greedy_override():
 
 
 # --------------------------------------------------------------------------------------------
-# The random stream: Philox4x32-10 (src/random_stream.h), which device samplers reproduce
+# The random stream: Philox4x32-10 (src/base/random_stream.h), which device samplers reproduce
 # --------------------------------------------------------------------------------------------
 def _philox(lib, counter, key):
     import ctypes

@@ -11,7 +11,8 @@ import pytest
 
 import oga as og
 from helpers import OracleSequence, prompt_without_eos
-from oga import _core, onnx_executor
+from oga import _core
+from oga import executor as executors
 from static_models import tiny_llama_static_dir  # noqa: F401
 
 VOCAB, EOS = 64, 1
@@ -147,19 +148,21 @@ def test_models_that_cannot_share_are_refused():
         generator(shared_test_model(preemption="none"), max_length=10)
 
 
-def test_one_engine_serves_every_generator_of_an_onnx_model(tmp_path_factory):
+def test_one_engine_serves_every_generator_of_an_onnx_model(tmp_path_factory, monkeypatch):
     """On a real paged decoder: Generators on 8 threads run on one engine executor, and their tokens
-    are those each gets on an engine of its own."""
+    are those each gets on an engine of its own. (The Python executor, whose per-engine objects the
+    test counts.)"""
     from model_dirs import executor_model_dir
 
+    monkeypatch.setenv("OGA_EXECUTOR", "python")
     directory = executor_model_dir(tmp_path_factory, "tiny-llama")
     config = og.Config(directory)
     config.overlay('{"engine": {"shared_generators": true}}')
     shared_model = og.Model(config)
     prompts = {i: [1, 5 + i, 9, 13 + 2 * i] for i in range(8)}
-    before = set(map(id, onnx_executor.OnnxEngineExecutor.live))
+    before = set(map(id, executors.OnnxEngineExecutor.live))
     generators = {i: generator(shared_model, max_length=20) for i in prompts}
-    opened = [e for e in onnx_executor.OnnxEngineExecutor.live if id(e) not in before]
+    opened = [e for e in executors.OnnxEngineExecutor.live if id(e) not in before]
     assert len(opened) == 1  # one engine for all eight
     shared = run_threads(shared_model, prompts, generators=generators)
     alone_model = og.Model(directory)

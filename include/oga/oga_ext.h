@@ -179,7 +179,7 @@ typedef struct OgaExtStepOutputs {
 
 /* One batched token selection over device logits (OgaExtDeviceOps.sample). Every array is host
  * memory of num_rows entries (unless said otherwise), valid only during the call. Row i reads logits
- * row logits_rows[i] and is processed exactly as the engine's host sampler (src/sampler.h, the
+ * row logits_rows[i] and is processed exactly as the engine's host sampler (src/sampling/sampler.h, the
  * definitive implementation) does it: every EOS id set to -inf when mask_eos[i]; then, when
  * repetition_penalties[i] != 1, every distinct token of history_tokens[history_offsets[i] ..
  * history_offsets[i + 1]) penalized (positive logits divided, others multiplied); then, when
@@ -469,7 +469,7 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaExtSetGuidanceLibrary(const char* path);
  * the block table, token, position) and the state of position -1 is the constant 0x6f6761. The
  * logits of a token are a pure function of its state, so any block-table, packing or commit bug
  * changes tokens; a slot that does not hold the position the table claims is reported as a fatal
- * execution failure. The exact formulas are in src/test_executor.cpp.
+ * execution failure. The exact formulas are in src/testing/test_executor.cpp.
  *
  * config_json is a genai_config.json document plus an optional "test_model" object:
  *   {"per_token_logits": bool (default false), "max_block_table_columns": int (default 0),
@@ -484,7 +484,7 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaExtSetGuidanceLibrary(const char* path);
  *    "device_sampling": bool (default true; false leaves OgaExtDeviceOps.sample NULL)}
  * With fixed_conv / fixed_recurrent groups in model.decoder.state_groups the test model is a hybrid
  * decoder: one fixed state tensor per fixed binding, rows of fixed_state_row_words 8-byte words,
- * each row's input checked against the row's token history (see src/test_executor.cpp).
+ * each row's input checked against the row's token history (see src/testing/test_executor.cpp).
  * ------------------------------------------------------------------------------------------- */
 /* Creates the test model of `config_json` (text) into *out; release with OgaDestroyModel. Needs no
  * loader and no files; configuration errors as for OgaExtCreateModelWithExecutor. Any thread. */
@@ -551,7 +551,7 @@ OGA_EXPORT void* OGA_API_CALL OgaExtRequestGetUserData(const OgaRequest* request
 OGA_EXPORT uint64_t OGA_API_CALL OgaExtEngineEventBufferGetGeneration(const OgaEngineEventBuffer* buffer);
 /* Slots the buffer was created with. NULL -> 0. Any thread. */
 OGA_EXPORT size_t OGA_API_CALL OgaExtEngineEventBufferGetCapacity(const OgaEngineEventBuffer* buffer);
-/* The engine's random function, Philox4x32-10 (src/random_stream.h): the four output words for
+/* The engine's random function, Philox4x32-10 (src/base/random_stream.h): the four output words for
  * counter (low 32 bits, high 32 bits, 0, 0) and key (low 32 bits, high 32 bits). A request's draw n
  * under seed s is Philox4x32_10(n, s); device samplers must reproduce it. NULL `out` -> no-op. Any
  * thread. */

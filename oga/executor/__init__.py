@@ -19,6 +19,7 @@ from .decoder import (FixedStateTensor, OnnxDecoder, cuda_unavailable_reason, lo
 from .device_path import UPLOAD_MERGE_GAP, DeviceOnnxEngineExecutor
 from .host import OnnxEngineExecutor
 from .static import StaticOnnxEngineExecutor
+from . import native  # noqa: E402  (the model loader asks it to select and attach)
 
 __all__ = [
     "CAPTURE_SUFFIX", "LOGITS_FLOAT16", "LOGITS_FLOAT32", "STATUS_CAPACITY_EXCEEDED", "STATUS_FATAL", "STATUS_OK",

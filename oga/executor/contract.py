@@ -2,13 +2,13 @@
 logits-type codes an executor returns, how ONNX Runtime's failures map to them, the load error, and
 oga's naming convention for per-token fixed-state capture outputs."""
 
-# OgaExtExecutionStatus
-STATUS_OK = 0
-STATUS_CAPACITY_EXCEEDED = 2
-STATUS_FATAL = 3
-# OgaExtLogitsType
-LOGITS_FLOAT32 = 0
-LOGITS_FLOAT16 = 1
+from .._core import ExecutionStatus, LogitsType
+
+STATUS_OK = ExecutionStatus.OK
+STATUS_CAPACITY_EXCEEDED = ExecutionStatus.CAPACITY_EXCEEDED
+STATUS_FATAL = ExecutionStatus.FATAL
+LOGITS_FLOAT32 = LogitsType.FLOAT32
+LOGITS_FLOAT16 = LogitsType.FLOAT16
 
 # Fragments of ONNX Runtime's allocation failures: the step is rolled back and the engine stays
 # healthy (ExecutionCapacityExceeded); every other failure is fatal.

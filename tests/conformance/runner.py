@@ -180,7 +180,10 @@ def _message(text: str) -> str:
 def _exc(e: BaseException):
     if isinstance(e, Raised):
         return ("raise", "OgaResult", _message(str(e)))
-    return ("raise", type(e).__name__, _message(str(e)))
+    # oga's typed errors are RuntimeErrors (what 0.18 raises), recorded as such; their kinds are
+    # tested in tests/test_errors.py
+    name = "RuntimeError" if type(e).__name__ == "OgaError" and isinstance(e, RuntimeError) else type(e).__name__
+    return ("raise", name, _message(str(e)))
 
 
 PREEMPTION_NONE = '{"engine": {"dynamic_batching": {"preemption": "none"}}}'

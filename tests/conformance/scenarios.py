@@ -1345,7 +1345,7 @@ RING_OUT_OF_RANGE = "Sliding-window layer index is outside the decoder layer ran
 # the model loads"
 RING_XFAIL_RANGE = (
     '0.18 creates the Model and refuses at Engine creation; oga refuses at Model creation (og.Model / '
-    'OgaCreateModelFromConfig, src/c_api_model.cpp) with the same text')
+    'OgaCreateModelFromConfig, src/capi/c_api_model.cpp) with the same text')
 RING_XFAIL_ALL_WINDOWED = (
     "0.18: og.Model succeeds, the Engine raises 'A paged model needs at least one layer that keeps the "
     "whole sequence.'; oga: og.Model raises '<dir>/model.onnx: every paged layer is a sliding-window ring"
