@@ -216,6 +216,25 @@ class OgaGenerator:
     def snapshot_state(self) -> None: ...
     def set_active_adapter(self, adapters: Any, adapter_name: str) -> None: ...
 
+class StepInputs:
+    num_rows: int
+    num_tokens: int
+    block_table_columns: int
+    input_ids: int
+    position_ids: int
+    cumulative_sequence_lengths: int
+    past_sequence_lengths: int
+    block_table: int
+    attention_metadata: int
+    logits_indices: int
+    block_table_windowed: int
+    fixed_state: Optional[List[tuple]]
+    graph_id: int
+    def __init__(self, *, num_rows: int, num_tokens: int, input_ids: int, position_ids: int,
+                 cumulative_sequence_lengths: int, past_sequence_lengths: int, block_table: int,
+                 block_table_columns: int, attention_metadata: int, logits_indices: int,
+                 block_table_windowed: int = ..., fixed_state: Optional[List[tuple]] = ..., graph_id: int = ...) -> None: ...
+
 # Module internals used by oga.testing, oga.runtime and the executors.
 def _library_path() -> str: ...
 def _test_model_create(config_json: str) -> OgaModel: ...

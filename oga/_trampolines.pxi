@@ -191,17 +191,53 @@ cdef OgaExtExecutionStatus _onnx_open_engine(void* model_data, const OgaExtEngin
         return OgaExtExecutionStatus_Ok
 
 
+@cython.final
+cdef class StepInputs:
+    """One packed step as the Python executor receives it (OgaExtStepInputs, include/oga/oga_ext.h):
+    counts, and the addresses of the engine's arrays, which are valid only during the execute call
+    that received them. `fixed_state`: one (input, output[, capture]) address tuple per fixed state
+    tensor, or None without fixed state. Tests build one with keyword arguments."""
+    cdef readonly size_t num_rows, num_tokens, block_table_columns
+    cdef readonly uintptr_t input_ids, position_ids, cumulative_sequence_lengths, past_sequence_lengths
+    cdef readonly uintptr_t block_table, attention_metadata, logits_indices, block_table_windowed
+    cdef readonly object fixed_state
+    cdef readonly int64_t graph_id
+
+    def __init__(self, *, size_t num_rows, size_t num_tokens, uintptr_t input_ids, uintptr_t position_ids,
+                 uintptr_t cumulative_sequence_lengths, uintptr_t past_sequence_lengths, uintptr_t block_table,
+                 size_t block_table_columns, uintptr_t attention_metadata, uintptr_t logits_indices,
+                 uintptr_t block_table_windowed=0, fixed_state=None, int64_t graph_id=-1):
+        self.num_rows, self.num_tokens, self.block_table_columns = num_rows, num_tokens, block_table_columns
+        self.input_ids, self.position_ids = input_ids, position_ids
+        self.cumulative_sequence_lengths, self.past_sequence_lengths = cumulative_sequence_lengths, past_sequence_lengths
+        self.block_table, self.attention_metadata = block_table, attention_metadata
+        self.logits_indices, self.block_table_windowed = logits_indices, block_table_windowed
+        self.fixed_state, self.graph_id = fixed_state, graph_id
+
+
+cdef StepInputs _step_inputs(const OgaExtStepInputs* inputs):
+    cdef StepInputs step = StepInputs.__new__(StepInputs)
+    step.num_rows, step.num_tokens, step.block_table_columns = (inputs.num_rows, inputs.num_tokens,
+                                                                inputs.block_table_columns)
+    step.input_ids = <uintptr_t>inputs.input_ids
+    step.position_ids = <uintptr_t>inputs.position_ids
+    step.cumulative_sequence_lengths = <uintptr_t>inputs.cumulative_sequence_lengths
+    step.past_sequence_lengths = <uintptr_t>inputs.past_sequence_lengths
+    step.block_table = <uintptr_t>inputs.block_table
+    step.attention_metadata = <uintptr_t>inputs.attention_metadata
+    step.logits_indices = <uintptr_t>inputs.logits_indices
+    step.block_table_windowed = <uintptr_t>inputs.block_table_windowed
+    step.fixed_state = _fixed_state_bindings(inputs) if inputs.num_fixed_states > 0 else None
+    step.graph_id = inputs.graph_id
+    return step
+
+
 cdef OgaExtExecutionStatus _onnx_execute(void* engine_data, const OgaExtStepInputs* inputs,
                                          OgaExtStepOutputs* outputs, char* message, size_t capacity) noexcept nogil:
     with gil:
         executor = <object>engine_data
         try:
-            fixed_state = _fixed_state_bindings(inputs) if inputs.num_fixed_states > 0 else None
-            status, text, address, rows = executor.execute(
-                inputs.num_rows, inputs.num_tokens, <size_t>inputs.input_ids, <size_t>inputs.position_ids,
-                <size_t>inputs.cumulative_sequence_lengths, <size_t>inputs.past_sequence_lengths,
-                <size_t>inputs.block_table, inputs.block_table_columns, <size_t>inputs.attention_metadata,
-                <size_t>inputs.logits_indices, <size_t>inputs.block_table_windowed, fixed_state, inputs.graph_id)
+            status, text, address, rows = executor.execute(_step_inputs(inputs))
             if status != 0:
                 _write_message(message, capacity, text)
                 return status

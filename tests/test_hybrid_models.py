@@ -20,6 +20,7 @@ import pytest
 from model_dirs import decoder_names
 import oga as og
 from oga import executor as executors
+from oga._core import StepInputs
 from oga import testing
 from oga.models import build
 from oga.models.random_weights import random_model, tiny_spec
@@ -90,9 +91,11 @@ class HybridSteps:
 
     def run(self, rows, arrays, columns, fixed_state):
         a = {k: v.ctypes.data for k, v in arrays.items()}
-        return self.executor.execute(
-            len(rows), len(arrays["input_ids"]), a["input_ids"], a["position_ids"], a["cu"], a["past"],
-            a["block_table"], columns, a["metadata"], a["logits_indices"], 0, fixed_state=fixed_state)
+        return self.executor.execute(StepInputs(
+            num_rows=len(rows), num_tokens=len(arrays["input_ids"]), input_ids=a["input_ids"],
+            position_ids=a["position_ids"], cumulative_sequence_lengths=a["cu"], past_sequence_lengths=a["past"],
+            block_table=a["block_table"], block_table_columns=columns, attention_metadata=a["metadata"],
+            logits_indices=a["logits_indices"], fixed_state=fixed_state))
 
     def step(self, rows):
         """rows: [(sequence, new tokens)]; returns the logits rows (a copy) and commits the states."""
@@ -276,9 +279,10 @@ def test_models_without_fixed_state_are_unchanged(tmp_path):
     rows = [("a", [5, 6, 7])]
     arrays, columns = runner.pack(rows)
     a = {k: v.ctypes.data for k, v in arrays.items()}
-    status, message, _, count = runner.executor.execute(          # the engine's positional call
-        1, 3, a["input_ids"], a["position_ids"], a["cu"], a["past"], a["block_table"], columns, a["metadata"],
-        a["logits_indices"], 0)
+    status, message, _, count = runner.executor.execute(StepInputs(  # no fixed state
+        num_rows=1, num_tokens=3, input_ids=a["input_ids"], position_ids=a["position_ids"],
+        cumulative_sequence_lengths=a["cu"], past_sequence_lengths=a["past"], block_table=a["block_table"],
+        block_table_columns=columns, attention_metadata=a["metadata"], logits_indices=a["logits_indices"]))
     assert status == executors.STATUS_OK, message
     np.testing.assert_allclose(runner.executor.logits[:count][0],
                                Reference(random_model(spec, seed=2)).step([5, 6, 7])[-1], atol=TOL)

@@ -16,6 +16,7 @@ import pytest
 
 from model_dirs import decoder_names
 from oga import executor as executors
+from oga._core import StepInputs
 from oga.models import build
 from oga.models.__main__ import main as cli_main
 from oga.models.onnx_cuda import build_cuda_graph
@@ -95,9 +96,11 @@ class RingSteps:
                                 np.int32),
             logits_indices=np.asarray(np.asarray(cu[1:]) - 1, np.int32), windowed=windowed)
         a = {k: v.ctypes.data for k, v in arrays.items()}
-        status, message, address, count = self.executor.execute(
-            len(rows), len(ids), a["input_ids"], a["position_ids"], a["cu"], a["past"], a["block_table"], columns,
-            a["metadata"], a["logits_indices"], a["windowed"])
+        status, message, address, count = self.executor.execute(StepInputs(
+            num_rows=len(rows), num_tokens=len(ids), input_ids=a["input_ids"], position_ids=a["position_ids"],
+            cumulative_sequence_lengths=a["cu"], past_sequence_lengths=a["past"], block_table=a["block_table"],
+            block_table_columns=columns, attention_metadata=a["metadata"], logits_indices=a["logits_indices"],
+            block_table_windowed=a["windowed"]))
         assert status == executors.STATUS_OK, message
         assert address == self.executor.logits.ctypes.data
         return self.executor.logits[:count].copy()
@@ -283,9 +286,11 @@ def test_the_executor_needs_window_blocks_and_a_windowed_table(ring_dirs):
     ids = np.asarray([1], np.int64)
     small = np.zeros(4, np.int32)
     table = np.zeros((1, 1), np.int32)
-    status, message, _, _ = runner.executor.execute(1, 1, ids.ctypes.data, ids.ctypes.data, small.ctypes.data,
-                                                    small.ctypes.data, table.ctypes.data, 1, small.ctypes.data,
-                                                    small.ctypes.data, 0)
+    status, message, _, _ = runner.executor.execute(StepInputs(  # no windowed table
+        num_rows=1, num_tokens=1, input_ids=ids.ctypes.data, position_ids=ids.ctypes.data,
+        cumulative_sequence_lengths=small.ctypes.data, past_sequence_lengths=small.ctypes.data,
+        block_table=table.ctypes.data, block_table_columns=1, attention_metadata=small.ctypes.data,
+        logits_indices=small.ctypes.data))
     assert status == executors.STATUS_FATAL and "block_table_windowed" in message
 
 

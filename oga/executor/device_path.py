@@ -173,41 +173,42 @@ class DeviceOnnxEngineExecutor(OnnxEngineExecutor):
             self._run_options[graph_id] = options
         return options
 
-    def execute(self, num_rows, num_tokens, input_ids, position_ids, cumulative, past, block_table, columns,
-                attention_metadata, logits_indices, block_table_windowed=0, fixed_state=None, graph_id=-1):
-        """As OnnxEngineExecutor.execute; `graph_id` (OgaExtStepInputs.graph_id) becomes the run
+    def execute(self, step):
+        """As OnnxEngineExecutor.execute; `step.graph_id` (OgaExtStepInputs.graph_id) becomes the run
         option gpu_graph_id when the executor declares cuda_graph. The returned logits address is
         host memory unless `logits_on_device`."""
         n = self.names
-        error = self._bind_fixed_state(num_rows, num_tokens, fixed_state)
+        num_rows, num_tokens, columns, graph_id = step.num_rows, step.num_tokens, step.block_table_columns, step.graph_id
+        error = self._bind_fixed_state(num_rows, num_tokens, step.fixed_state)
         if error:
             return STATUS_FATAL, error, 0, 0
-        if self.windowed and not block_table_windowed:
+        if self.windowed and not step.block_table_windowed:
             return STATUS_FATAL, (f"the decoder keeps sliding-window layers in a ring, but the step has no "
                                   f"'{n['block_table_windowed']}'"), 0, 0
         if graph_id >= 0 and not self.cuda_graph:
             return STATUS_FATAL, (f"the step asks for CUDA graph {graph_id}, but the executor declares no "
                                   "cuda_graph"), 0, 0
         try:
-            step = [(n["input_ids"], input_ids, num_tokens, (num_tokens,)),
-                    (n["cumulative_sequence_lengths"], cumulative, num_rows + 1, (num_rows + 1,)),
-                    (n["past_sequence_lengths"], past, num_rows, (num_rows,)),
-                    (n["block_table"], block_table, num_rows * columns, (num_rows, columns))]
+            inputs = [(n["input_ids"], step.input_ids, num_tokens, (num_tokens,)),
+                      (n["cumulative_sequence_lengths"], step.cumulative_sequence_lengths, num_rows + 1, (num_rows + 1,)),
+                      (n["past_sequence_lengths"], step.past_sequence_lengths, num_rows, (num_rows,)),
+                      (n["block_table"], step.block_table, num_rows * columns, (num_rows, columns))]
             if self.windowed:
-                step.append((n["block_table_windowed"], block_table_windowed, num_rows * columns, (num_rows, columns)))
+                inputs.append((n["block_table_windowed"], step.block_table_windowed, num_rows * columns,
+                               (num_rows, columns)))
             if self.decoder.has_position_ids:
-                step.append((n["position_ids"], position_ids, num_tokens, (num_tokens,)))
+                inputs.append((n["position_ids"], step.position_ids, num_tokens, (num_tokens,)))
             if self.decoder.has_logits_indices:
-                step.append((n["logits_indices"], logits_indices, num_rows, (num_rows,)))
+                inputs.append((n["logits_indices"], step.logits_indices, num_rows, (num_rows,)))
             ranges = []
-            for name, source, count, shape in step:
+            for name, source, count, shape in inputs:
                 ranges.append(self._stage(name, source, count))
                 offset, dtype, _ = self.input_slots[name]
                 self._bind_input(name, dtype, shape, self.device_inputs + offset)
             self._upload(ranges)
             if self.decoder.has_attention_metadata:
                 metadata = self._staging_address + self._metadata_offset
-                ctypes.memmove(metadata, attention_metadata, 3 * 4)
+                ctypes.memmove(metadata, step.attention_metadata, 3 * 4)
                 self._bind_input(n["attention_metadata"], np.int32, (3,), metadata, device=("cpu", 0))
             rows = num_tokens if self.decoder.per_token_logits else num_rows
             if rows > self.logits.shape[0]:

@@ -165,10 +165,10 @@ class OnnxEngineExecutor:
                 self._bind_output(tensor.capture_name, tensor.dtype, (num_tokens,) + tensor.row_shape, snapshot)
         return ""
 
-    def execute(self, num_rows, num_tokens, input_ids, position_ids, cumulative, past, block_table, columns,
-                attention_metadata, logits_indices, block_table_windowed=0, fixed_state=None, graph_id=-1):
-        """Binds this step's packed buffers (addresses owned by the engine) and runs the session.
-        `fixed_state`: for a decoder with fixed state tensors, one (input address, output address)
+    def execute(self, step):
+        """Binds this step's packed buffers (`step`, an oga._core.StepInputs: addresses owned by the
+        engine) and runs the session. `step.fixed_state`: for a decoder with fixed state tensors, one
+        (input address, output address)
         pair per entry of decoder.fixed_states, in that order, each [num_rows, *row_shape]
         contiguous memory of the tensor's dtype, row r being packed row r; the input and output
         must not overlap. When decoder.fixed_state_capture, each entry is an (input, output,
@@ -178,24 +178,25 @@ class OnnxEngineExecutor:
         cuda_graph. Returns (status, message, logits address, rows)."""
         n = self.names
         bind = self._bind_input
-        error = self._bind_fixed_state(num_rows, num_tokens, fixed_state)
+        num_rows, num_tokens, columns = step.num_rows, step.num_tokens, step.block_table_columns
+        error = self._bind_fixed_state(num_rows, num_tokens, step.fixed_state)
         if error:
             return STATUS_FATAL, error, 0, 0
-        bind(n["input_ids"], np.int64, (num_tokens,), input_ids)
-        bind(n["cumulative_sequence_lengths"], np.int32, (num_rows + 1,), cumulative)
-        bind(n["past_sequence_lengths"], np.int32, (num_rows,), past)
-        bind(n["block_table"], np.int32, (num_rows, columns), block_table)
+        bind(n["input_ids"], np.int64, (num_tokens,), step.input_ids)
+        bind(n["cumulative_sequence_lengths"], np.int32, (num_rows + 1,), step.cumulative_sequence_lengths)
+        bind(n["past_sequence_lengths"], np.int32, (num_rows,), step.past_sequence_lengths)
+        bind(n["block_table"], np.int32, (num_rows, columns), step.block_table)
         if self.windowed:
-            if not block_table_windowed:
+            if not step.block_table_windowed:
                 return STATUS_FATAL, (f"the decoder keeps sliding-window layers in a ring, but the step has no "
                                       f"'{n['block_table_windowed']}'"), 0, 0
-            bind(n["block_table_windowed"], np.int32, (num_rows, columns), block_table_windowed)
+            bind(n["block_table_windowed"], np.int32, (num_rows, columns), step.block_table_windowed)
         if self.decoder.has_position_ids:
-            bind(n["position_ids"], np.int64, (num_tokens,), position_ids)
+            bind(n["position_ids"], np.int64, (num_tokens,), step.position_ids)
         if self.decoder.has_attention_metadata:
-            bind(n["attention_metadata"], np.int32, (3,), attention_metadata)
+            bind(n["attention_metadata"], np.int32, (3,), step.attention_metadata)
         if self.decoder.has_logits_indices:
-            bind(n["logits_indices"], np.int32, (num_rows,), logits_indices)
+            bind(n["logits_indices"], np.int32, (num_rows,), step.logits_indices)
         rows = num_tokens if self.decoder.per_token_logits else num_rows
         self._bind_output(n["logits"], self.logits.dtype, (rows, self.vocab), self.logits.ctypes.data)
         start = time.perf_counter_ns()
