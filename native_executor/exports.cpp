@@ -40,16 +40,20 @@ OgaExtExecutionStatus OpenEngine(void* model_data, const OgaExtEngineGeometry* g
   }
 }
 
-OgaExtExecutionStatus Execute(void* engine_data, const OgaExtStepInputs* in, OgaExtStepOutputs* out, char* message,
-                              size_t capacity) {
+// Runs one step of `engine` (`step`: ExecutePaged or ExecuteStatic) if it is of the kind the
+// callback serves, turning its status text and any exception into the callback's status and message.
+template <typename Inputs, typename Step>
+OgaExtExecutionStatus RunStep(void* engine_data, bool is_static, Step step, const Inputs* in, OgaExtStepOutputs* out,
+                              char* message, size_t capacity) {
   Engine* engine = static_cast<Engine*>(engine_data);
-  if (engine->is_static) {
-    WriteMessage(message, capacity, "a paged step on a static-batching decoder's engine");
+  if (engine->is_static != is_static) {
+    WriteMessage(message, capacity, is_static ? "a static step on a paged decoder's engine"
+                                              : "a paged step on a static-batching decoder's engine");
     return OgaExtExecutionStatus_Fatal;
   }
   try {
     std::string text;
-    OgaExtExecutionStatus status = ExecutePaged(engine, in, out, &text);
+    OgaExtExecutionStatus status = step(engine, in, out, &text);
     if (status != OgaExtExecutionStatus_Ok) WriteMessage(message, capacity, text);
     return status;
   } catch (const std::bad_alloc&) {
@@ -60,24 +64,14 @@ OgaExtExecutionStatus Execute(void* engine_data, const OgaExtStepInputs* in, Oga
   }
 }
 
+OgaExtExecutionStatus Execute(void* engine_data, const OgaExtStepInputs* in, OgaExtStepOutputs* out, char* message,
+                              size_t capacity) {
+  return RunStep(engine_data, false, ExecutePaged, in, out, message, capacity);
+}
+
 OgaExtExecutionStatus ExecuteStaticStep(void* engine_data, const OgaExtStaticStepInputs* in, OgaExtStepOutputs* out,
                                         char* message, size_t capacity) {
-  Engine* engine = static_cast<Engine*>(engine_data);
-  if (!engine->is_static) {
-    WriteMessage(message, capacity, "a static step on a paged decoder's engine");
-    return OgaExtExecutionStatus_Fatal;
-  }
-  try {
-    std::string text;
-    OgaExtExecutionStatus status = ExecuteStatic(engine, in, out, &text);
-    if (status != OgaExtExecutionStatus_Ok) WriteMessage(message, capacity, text);
-    return status;
-  } catch (const std::bad_alloc&) {
-    WriteMessage(message, capacity, "std::bad_alloc");
-    return OgaExtExecutionStatus_CapacityExceeded;
-  } catch (const std::exception& error) {
-    return Failure(error, message, capacity);
-  }
+  return RunStep(engine_data, true, ExecuteStatic, in, out, message, capacity);
 }
 
 void CloseEngine(void* engine_data) { delete static_cast<Engine*>(engine_data); }

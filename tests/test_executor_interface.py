@@ -375,24 +375,28 @@ def test_engine_checks_the_executors_fixed_state_against_the_manifest(lib, row_b
 
 def test_an_executor_calling_back_in_cannot_change_the_live_step(lib):
     """An executor callback runs inside the engine's transaction: closing, beginning, cancelling or
-    rewinding a request from there is refused, and the step completes normally."""
+    rewinding a request, or running the engine again, is refused there, and the step completes
+    normally."""
     class Reentrant(PyExecutor):
         def _execute_inner(self, engine_data, inputs, outputs, message, capacity):
             if self.calls == 0:
                 cancelled = ctypes.c_bool()
                 self.refusals = [error(lib, lib.OgaRequestClose(self.victim)),
-                                 error(lib, lib.OgaRequestCancelTurn(self.victim, 1, ctypes.byref(cancelled)))]
+                                 error(lib, lib.OgaRequestCancelTurn(self.victim, 1, ctypes.byref(cancelled))),
+                                 error(lib, lib.OgaEngineRun(self.engine, self.buffer))]
             return super()._execute_inner(engine_data, inputs, outputs, message, capacity)
 
     ex = Reentrant()
     h, buf = make(lib, ex)
     r = h.request()
     ex.victim = r
+    ex.engine, ex.buffer = h.engine, buf
     h.begin(r, [5, 9, 13], max_gen=2)
     ok(lib, lib.OgaEngineRun(h.engine, buf))
     assert ex.error is None, ex.error
     assert ex.refusals == ["Cannot close a request while a step is in flight.",
-                           "Cannot cancel a turn while a step is in flight."]
+                           "Cannot cancel a turn while a step is in flight.",
+                           "Cannot run the engine while a step is in flight."]
     ok(lib, lib.OgaExtEngineCheckInvariants(h.engine))
     got = collect(h, buf, [r])
     assert got

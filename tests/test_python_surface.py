@@ -8,6 +8,7 @@ import os
 import pytest
 
 import oga as og
+import oga.testing as ogt
 from helpers import make_engine, turn_options
 
 PUBLIC_NAMES = [
@@ -200,6 +201,17 @@ def test_generator_params_seed_form(model):
     assert isinstance(r, og.Request)
     r2 = eng.create_request(params, og.RequestOptions())
     assert isinstance(r2, og.Request)
+
+
+def test_generator_params_of_another_model_are_refused(model):
+    other = ogt.create_test_model(vocab_size=32)
+    params = og.GeneratorParams(other)
+    eng = og.Engine(model)
+    with pytest.raises(RuntimeError, match="created for another model than the engine's"):
+        eng.create_request(params)
+    # nothing changed: the engine still takes a request with its own model's params
+    request = eng.create_request(og.GeneratorParams(model))
+    assert isinstance(request, og.Request)
 
 
 def test_model_path_constructor_fails_without_onnx(tmp_path):

@@ -605,8 +605,8 @@ OGA_EXPORT void OGA_API_CALL OgaDestroyEngineEventBuffer(OgaEngineEventBuffer* b
  * fails afterwards (an allocation failure while planning: the engine stays healthy, the buffer is
  * empty). An interrupted executor callback (oga_ext.h, OgaExtExecutionStatus_Interrupted) rolls the
  * step back and makes Run return at once, successfully, with no events; the step's Retryable event
- * comes with the next Run. Never call Run from an executor callback: a nested Run poisons the
- * engine. */
+ * comes with the next Run. From an executor or device callback (a step in flight) Run fails
+ * "Cannot run the engine while a step is in flight." and changes nothing. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaEngineRun(OgaEngine* engine, OgaEngineEventBuffer* buffer);
 /* Events delivered by the buffer's last Run (0 before the first). Any thread, not concurrently with
  * Run. NULL -> 0. */

@@ -529,7 +529,8 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaExtTestModelInjectFault(OgaModel* model, O
  * instead of the model (max_length gives the default session cap; num_beams, min_length and
  * max_length are checked as there; the sampling settings and random_seed give every turn's
  * defaults). `params` NULL fails "params must not be null."; parameters created from another model
- * are not refused: only their values are used. */
+ * fail "The GeneratorParams were created for another model than the engine's." (their vocabulary
+ * bounds and EOS ids are that model's). */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtEngineCreateRequestWithParams(OgaEngine* engine, const OgaGeneratorParams* params,
                                                                         const OgaRequestOptions* request_options, OgaRequest** out);
 

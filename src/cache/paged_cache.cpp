@@ -14,14 +14,12 @@ PagedKeyValueCache::PagedKeyValueCache(size_t block_size, size_t num_blocks, siz
       max_columns_(max_columns),
       pool_(num_blocks),
       tables_(max_residents),
+      reservation_(num_blocks, max_residents),
       refs_(num_blocks, 0),
       prefix_(prefix_caching ? std::make_unique<PrefixCache>(num_blocks, block_size) : nullptr) {
   for (BlockTable& table : tables_) table.blocks.reserve(max_columns);
   free_tables_.reserve(max_residents);
   for (size_t i = max_residents; i > 0; --i) free_tables_.push_back(static_cast<int32_t>(i - 1));
-  reserved_.reserve(num_blocks);
-  reserved_begin_.reserve(max_residents + 1);
-  reserved_tables_.reserve(max_residents);
 }
 
 size_t PagedKeyValueCache::OwnedBlocks(const Request& request) const {
@@ -33,7 +31,7 @@ const BlockTable* PagedKeyValueCache::TableOf(const Request& request) const {
 }
 
 void PagedKeyValueCache::Reserve(const StepPlan& plan) {
-  if (reservation_live_) throw ContractError("a paged-cache reservation is already live");
+  if (reservation_.live()) throw ContractError("a paged-cache reservation is already live");
   // Adoptions first, so that taking new blocks cannot evict a block this step adopts.
   for (const RequestStepPlan& row : plan.rows) {
     for (size_t i = 0; i < row.cached_blocks; ++i) Adopt(plan.cached_block_ids[row.cached_begin + i]);
@@ -47,21 +45,17 @@ void PagedKeyValueCache::Reserve(const StepPlan& plan) {
     throw ContractError("the step plan needs " + std::to_string(plan.new_blocks) + " blocks but only " +
                         std::to_string(available) + " are free");
   }
-  reserved_.clear();
-  reserved_begin_.clear();
-  reserved_tables_.clear();
+  reservation_.Begin();
   size_t admissions = 0;
   for (const RequestStepPlan& row : plan.rows) {
     // Commit hands admissions the free tables from the back of the stack, in row order.
     int32_t slot = row.request->cache_slot;
     if (slot < 0 && admissions < free_tables_.size()) slot = free_tables_[free_tables_.size() - 1 - admissions++];
-    reserved_tables_.push_back(slot);
-    reserved_begin_.push_back(reserved_.size());
-    for (size_t i = 0; i < row.cached_blocks; ++i) reserved_.push_back(plan.cached_block_ids[row.cached_begin + i]);
-    for (size_t i = 0; i < row.new_blocks; ++i) reserved_.push_back(TakeBlock());
+    reservation_.BeginRow(slot);
+    for (size_t i = 0; i < row.cached_blocks; ++i) reservation_.Add(plan.cached_block_ids[row.cached_begin + i]);
+    for (size_t i = 0; i < row.new_blocks; ++i) reservation_.Add(TakeBlock());
   }
-  reserved_begin_.push_back(reserved_.size());
-  reservation_live_ = true;
+  reservation_.Finish();
   if (fixed_) {
     try {
       fixed_->Reserve(plan);
@@ -107,25 +101,25 @@ void PagedKeyValueCache::WriteBlockTable(const StepPlan& plan, int32_t* out, siz
     if (const BlockTable* table = TableOf(*plan.rows[r].request)) {
       for (int32_t block : table->blocks) row_out[column++] = block;
     }
-    for (size_t i = reserved_begin_[r]; i < reserved_begin_[r + 1]; ++i) row_out[column++] = reserved_[i];
+    for (size_t i = reservation_.row_begin(r); i < reservation_.row_end(r); ++i) {
+      row_out[column++] = reservation_.blocks()[i];
+    }
     std::fill(row_out + column, row_out + columns, -1);
   }
 }
 
-int32_t PagedKeyValueCache::TableSlot(size_t row) const {
-  return row < reserved_tables_.size() ? reserved_tables_[row] : -1;
-}
+int32_t PagedKeyValueCache::TableSlot(size_t row) const { return reservation_.table_slot(row); }
 
 void PagedKeyValueCache::ValidateCommit(const StepPlan& plan) const {
-  if (!reservation_live_) throw ContractError("commit without a live paged-cache reservation");
-  if (reserved_begin_.size() != plan.rows.size() + 1) {
+  if (!reservation_.live()) throw ContractError("commit without a live paged-cache reservation");
+  if (reservation_.rows() != plan.rows.size()) {
     throw ContractError("the paged-cache reservation does not match the step plan's rows");
   }
   size_t new_tables = 0;
   for (size_t r = 0; r < plan.rows.size(); ++r) {
     const RequestStepPlan& row = plan.rows[r];
     const Request& request = *row.request;
-    const size_t reserved = reserved_begin_[r + 1] - reserved_begin_[r];
+    const size_t reserved = reservation_.row_blocks(r);
     if (reserved != row.cached_blocks + row.new_blocks) {
       throw ContractError("reserved blocks differ from the planned blocks");
     }
@@ -154,8 +148,8 @@ int32_t PagedKeyValueCache::ReservedTableBlock(const StepPlan& plan, size_t row,
   const BlockTable* table = TableOf(*plan.rows[row].request);
   const size_t owned = table ? table->blocks.size() : 0;
   if (index < owned) return table->blocks[index];
-  const size_t at = reserved_begin_[row] + (index - owned);
-  return at < reserved_begin_[row + 1] ? reserved_[at] : -1;
+  const size_t at = reservation_.row_begin(row) + (index - owned);
+  return at < reservation_.row_end(row) ? reservation_.blocks()[at] : -1;
 }
 
 void PagedKeyValueCache::PrepareCommit(const StepPlan& plan) {
@@ -199,7 +193,7 @@ void PagedKeyValueCache::Commit(const StepPlan& plan) {
     const RequestStepPlan& row = plan.rows[r];
     Request& request = *row.request;
     if (request.cache_slot < 0) {
-      request.cache_slot = free_tables_.back();  // == reserved_tables_[r]
+      request.cache_slot = free_tables_.back();  // == reservation_.table_slot(r)
       free_tables_.pop_back();
       BlockTable& table = tables_[static_cast<size_t>(request.cache_slot)];
       table.owner = &request;
@@ -209,18 +203,17 @@ void PagedKeyValueCache::Commit(const StepPlan& plan) {
     BlockTable& table = tables_[static_cast<size_t>(request.cache_slot)];
     // A verified row keeps blocks for the accepted prefix only; the rest go back to the pool.
     const size_t keep = KeptBlocks(row, table.blocks.size());
-    for (size_t i = reserved_begin_[r]; i < reserved_begin_[r + 1]; ++i) {
+    for (size_t i = reservation_.row_begin(r); i < reservation_.row_end(r); ++i) {
+      const int32_t block = reservation_.blocks()[i];
       if (table.blocks.size() < keep) {
-        table.blocks.push_back(reserved_[i]);  // the reservation's reference moves to the table
+        table.blocks.push_back(block);  // the reservation's reference moves to the table
       } else {
-        Unref(reserved_[i]);
+        Unref(block);
       }
     }
     table.committed_slots = row.processed_before + row.committed_tokens();
   }
-  reserved_.clear();
-  reserved_begin_.clear();
-  reservation_live_ = false;
+  reservation_.Clear();
   if (fixed_ && !fixed_->PublishCommit(plan)) {
     throw ContractError("the fixed-state reservation was not prepared for the published step");
   }
@@ -228,11 +221,10 @@ void PagedKeyValueCache::Commit(const StepPlan& plan) {
 
 void PagedKeyValueCache::Discard() {
   if (fixed_) fixed_->Discard();
-  if (!reservation_live_) return;
-  for (size_t i = reserved_.size(); i > 0; --i) Unref(reserved_[i - 1]);
-  reserved_.clear();
-  reserved_begin_.clear();
-  reservation_live_ = false;
+  if (!reservation_.live()) return;
+  const std::vector<int32_t>& blocks = reservation_.blocks();
+  for (size_t i = blocks.size(); i > 0; --i) Unref(blocks[i - 1]);
+  reservation_.Clear();
 }
 
 void PagedKeyValueCache::Release(Request& request) {

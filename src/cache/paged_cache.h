@@ -26,6 +26,7 @@
 
 #include "cache/block_pool.h"
 #include "cache/fixed_state_pool.h"
+#include "cache/paged_cache_reservation.h"
 #include "cache/prefix_cache.h"
 #include "scheduler/step_plan.h"
 
@@ -72,7 +73,7 @@ class PagedKeyValueCache {
   // Reserves every block (and fixed-state slot) the plan's rows need. Throws ContractError (and
   // reserves nothing) when the pool cannot cover the plan, which planning promised it could.
   void Reserve(const StepPlan& plan);
-  bool reservation_live() const { return reservation_live_; }
+  bool reservation_live() const { return reservation_.live(); }
   // Writes the combined (committed + reserved) table of every plan row, -1 padded to `columns`.
   void WriteBlockTable(const StepPlan& plan, int32_t* out, size_t columns) const;
   // The block table a plan row has (or gets at commit, for an admission) during the live
@@ -101,7 +102,7 @@ class PagedKeyValueCache {
   const PrefixCache* prefix() const { return prefix_.get(); }
   int32_t references(int32_t block) const { return refs_[static_cast<size_t>(block)]; }
   const std::vector<BlockTable>& tables() const { return tables_; }
-  const std::vector<int32_t>& reserved_blocks() const { return reserved_; }
+  const std::vector<int32_t>& reserved_blocks() const { return reservation_.blocks(); }
 
  private:
   // Blocks `row`'s table keeps at commit (owning `owned` before the step).
@@ -120,14 +121,11 @@ class PagedKeyValueCache {
   BlockPool pool_;
   std::vector<BlockTable> tables_;
   std::vector<int32_t> free_tables_;
-  std::vector<int32_t> reserved_;      // blocks of the live reservation, in take order
-  std::vector<size_t> reserved_begin_; // per plan row: first index into reserved_ (adopted blocks first)
-  std::vector<int32_t> reserved_tables_;  // per plan row: its table slot (admissions: the one Commit gives)
+  PagedCacheReservation reservation_;  // the live step's blocks (it holds one reference on each)
   std::vector<int32_t> refs_;          // per block: tables and reservation entries holding it
   std::unique_ptr<PrefixCache> prefix_;  // null without prefix caching
   std::unique_ptr<FixedStatePool> fixed_;  // null without fixed state
   std::vector<FixedStatePool::CheckpointRequest> checkpoint_requests_;  // per step, capacity max rows
-  bool reservation_live_ = false;
 };
 
 }  // namespace oga

@@ -7,7 +7,7 @@
 
 #include "capi/c_api_support.h"
 #include "engine/engine.h"
-#include "capi/model_handles.h"
+#include "capi/handles.h"
 #include "request/step_requests.h"
 #include "oga/oga.h"
 #include "oga/oga_ext.h"
@@ -208,6 +208,11 @@ OgaResult* OGA_API_CALL OgaExtEngineCreateRequestWithParams(OgaEngine* engine, c
   if (params == nullptr) {
     if (out != nullptr) *out = nullptr;
     return oga::MakeResult("params must not be null.");
+  }
+  if (engine != nullptr && params->model.get() != &EngineOf(engine).model()) {
+    // The params' search defaults (vocabulary bounds, EOS ids) are the other model's.
+    if (out != nullptr) *out = nullptr;
+    return oga::MakeResult("The GeneratorParams were created for another model than the engine's.");
   }
   return CreateRequestHandle(engine, &params->search, request_options, out);
 }

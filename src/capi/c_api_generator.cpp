@@ -6,7 +6,7 @@
 
 #include "capi/c_api_support.h"
 #include "generator/generator.h"
-#include "capi/model_handles.h"
+#include "capi/handles.h"
 #include "oga/oga.h"
 #include "oga/oga_ext.h"
 #include "config/search_options.h"

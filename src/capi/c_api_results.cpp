@@ -16,7 +16,7 @@
 #include "config/decoder_names.h"
 #include "engine/engine.h"
 #include "sampling/guidance.h"
-#include "capi/model_handles.h"
+#include "capi/handles.h"
 #include "oga/oga.h"
 #include "oga/oga_ext.h"
 

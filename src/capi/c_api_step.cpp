@@ -5,7 +5,7 @@
 
 #include "capi/c_api_support.h"
 #include "engine/engine.h"
-#include "capi/model_handles.h"
+#include "capi/handles.h"
 #include "oga/oga.h"
 #include "request/step_requests.h"
 

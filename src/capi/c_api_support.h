@@ -6,13 +6,10 @@
 #include <string>
 
 #include "base/errors.h"
+#include "capi/handles.h"
 #include "oga/oga.h"
 #include "oga/oga_ext.h"
 
-struct OgaResult {
-  std::string message;
-  OgaExtErrorKind kind = OgaExtErrorKind_Api;
-};
 
 namespace oga {
 

@@ -31,6 +31,8 @@ bool Engine::HasPendingRequests() {
 }
 
 void Engine::Run(OgaEngineEventBuffer& buffer) {
+  // From an executor or device callback: a nested step would plan over the live reservation.
+  CheckNoStepInFlight("run the engine");
   if (unhealthy_ && pending_.empty()) ThrowIfUnhealthy();
   if (buffer.slots.empty()) return;  // capacity 0: validated no-op
   ++buffer.generation;

@@ -1,4 +1,10 @@
-// C handles for models, generator parameters, string arrays, sequences and snapshots.
+// The C API's handle types (include/oga/oga.h declares them opaque). The ones defined here are thin
+// handles over core objects or plain values: results, models, generator parameters, string arrays,
+// sequences and the capability / statistics snapshots. The others are core objects the engine
+// itself works with, defined with their component: OgaConfig (config/config_handle.h), OgaEngine
+// and OgaRequestOptions (engine/engine.h), OgaRequest (request/request.h), OgaTurnOptions
+// (request/turn_options.h), OgaEngineEventBuffer, OgaEngineEvent and OgaTurnUsage
+// (request/events.h), OgaGenerator (generator/generator.h) and OgaTensor (generator/tensor_handle.h).
 #pragma once
 
 #include <cstdint>
@@ -7,8 +13,15 @@
 #include <string>
 #include <vector>
 
-#include "engine/model.h"
 #include "config/model_config.h"
+#include "engine/model.h"
+#include "oga/oga_ext.h"
+
+// A failure: the message, and the kind of the core's error behind it.
+struct OgaResult {
+  std::string message;
+  OgaExtErrorKind kind = OgaExtErrorKind_Api;
+};
 
 struct OgaModel {
   std::shared_ptr<oga::Model> model;
