@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -412,3 +413,12 @@ def run_workload(model_cfg: dict, jobs: Sequence[Job], capacity: int = 64, fault
         last_model_runs = c["model_runs"]
     c = counters(engine)
     return WorkloadResult(per_job, engine_events, all_events, c, runs, run_errors)
+
+
+def subprocess_env():
+    """The environment for a Python subprocess that must import the same oga as this test process
+    (a source checkout shadows the installed package only when its directory is on sys.path)."""
+    env = dict(os.environ)
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(og.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+    return env

@@ -8,24 +8,16 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 import oga
+from helpers import subprocess_env
 from static_models import smollm2_static_dir  # noqa: F401
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 ORIGINAL_IMPORT = "import oga as og\n"
 
 
-def _env():
-    env = dict(os.environ)
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(oga.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
-    return env
-
-
 def _run(script, *args, stdin=None):
-    completed = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=_env(),
+    completed = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=subprocess_env(),
                                timeout=600, input=stdin)
     assert completed.returncode == 0, completed.stderr
     return completed.stdout

@@ -1,7 +1,7 @@
-"""Greedy token selection over crafted logits rows (src/sampling/first_max.cpp: one vectorized pass, AVX2 or
-SSE2 by CPU): the first index of the largest value, NaN never chosen, ties broken toward the lowest
-index across vector lanes and the scalar tail, a masked EOS skipped for the next occurrence of the
-maximum or the next best value. A Python executor (tests/test_executor_interface.py) returns each
+"""Greedy token selection over crafted logits rows (src/sampling/first_max.cpp: block maxima in one
+vectorized pass, AVX2 or SSE2 by CPU, then the winning block again): the first index of the largest
+value, NaN never chosen, ties broken toward the lowest index across vector lanes, blocks of 1024 and
+the scalar tail, a masked EOS skipped for the next occurrence of the maximum or the next best value. A Python executor (tests/test_executor_interface.py) returns each
 row as the step's logits; the engine's first token is compared with numpy's answer."""
 import ctypes
 import json
@@ -14,6 +14,7 @@ from capi import Handles, P, lib, ok  # noqa: F401 (lib is a fixture)
 from test_executor_interface import PyExecutor
 
 VOCAB = 1003  # not a multiple of 16: the last 11 entries take the scalar tail
+WIDE = 3003  # two blocks of 1024 and a partial third, whose last 3 entries take the scalar tail
 EOS = 1
 
 
@@ -21,7 +22,7 @@ class RowExecutor(PyExecutor):
     """Every step's logits are `row` (one row per request)."""
 
     def __init__(self, row):
-        super().__init__(vocab=VOCAB)
+        super().__init__(vocab=len(row))
         self.row = np.ascontiguousarray(row, dtype=np.float32)
 
     def _execute_inner(self, engine_data, inputs, outputs, message, capacity):
@@ -31,7 +32,7 @@ class RowExecutor(PyExecutor):
         o.logits = self.logits.ctypes.data
         o.logits_type = 0
         o.logits_rows = rows
-        o.logits_row_stride = VOCAB
+        o.logits_row_stride = len(self.row)
         o.logits_on_device = 0
         return 0
 
@@ -39,7 +40,7 @@ class RowExecutor(PyExecutor):
 def _first_token(lib, row, mask_eos=False):
     ex = RowExecutor(row)
     config = json.dumps({
-        "model": {"type": "python_test", "vocab_size": VOCAB, "context_length": 64, "eos_token_id": EOS,
+        "model": {"type": "python_test", "vocab_size": len(row), "context_length": 64, "eos_token_id": EOS,
                   "bos_token_id": 0, "pad_token_id": 0, "decoder": {}},
         "search": {"max_length": 64, "do_sample": False},
         "engine": {"dynamic_batching": {"block_size": 4, "num_blocks": 32, "max_batch_size": 2}},
@@ -104,9 +105,42 @@ def _rows():
     return rows
 
 
+def _wide_rows():
+    rng = np.random.default_rng(12)
+    rows = {}
+    tie = rng.standard_normal(WIDE)
+    tie[[2050, 1030, 2999]] = 8.0  # the second block's wins over the third block's and the tail's
+    rows["ties across blocks"] = tie
+    last = rng.standard_normal(WIDE)
+    last[3001] = 7.0
+    rows["maximum in the last block's tail"] = last
+    nans = rng.standard_normal(WIDE)
+    nans[[0, 1023, 1024, 2047, 3002]] = np.nan  # NaN at every block edge
+    nans[1500] = 5.0
+    rows["NaN at block edges ignored"] = nans
+    zeros = np.full(WIDE, -2.0)
+    zeros[[2500, 1500]] = [0.0, -0.0]
+    rows["signed zeros across blocks"] = zeros
+    lower = rng.standard_normal(WIDE)
+    lower[5] = 6.0
+    lower[2100] = 6.5  # a later block strictly greater
+    rows["a later block strictly greater"] = lower
+    nothing = np.full(WIDE, -np.inf)
+    nothing[[7, 2048]] = np.nan
+    nothing[1100] = -1e30
+    rows["one finite value among -inf and NaN"] = nothing
+    return rows
+
+
 @pytest.mark.parametrize("name", list(_rows()))
 def test_greedy_picks_the_first_largest_value(lib, name):
     row = _rows()[name]
+    assert _first_token(lib, row) == _expected(row)
+
+
+@pytest.mark.parametrize("name", list(_wide_rows()))
+def test_greedy_picks_the_first_largest_value_over_several_blocks(lib, name):
+    row = _wide_rows()[name]
     assert _first_token(lib, row) == _expected(row)
 
 
@@ -136,5 +170,5 @@ def test_the_sse2_loop_agrees(tmp_path):
                              "-k", "not sse2"], cwd=os.path.dirname(os.path.dirname(__file__)), env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "8 passed" in result.stdout, result.stdout
+    assert "14 passed" in result.stdout, result.stdout
 

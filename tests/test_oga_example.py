@@ -9,24 +9,15 @@ import sys
 
 import pytest
 
-import oga
+from helpers import subprocess_env
 from model_dirs import tiny_model_dir
 
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "engine_streaming.py")
 ORIGINAL_IMPORT = "import oga as og\n"
 
 
-def _env():
-    # The example must import the same oga as this test process (a source checkout shadows the
-    # installed package only when its directory is on sys.path).
-    env = dict(os.environ)
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(oga.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
-    return env
-
-
 def _run(script, *args):
-    completed = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=_env(),
+    completed = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=subprocess_env(),
                                timeout=300)
     assert completed.returncode == 0, completed.stderr
     return completed.stdout

@@ -44,56 +44,70 @@ RowWorkers::~RowWorkers() {
   for (std::thread& worker : workers_) worker.join();
 }
 
-void RowWorkers::Drain(size_t participant) {
-  for (size_t row = next_row_.fetch_add(1, std::memory_order_relaxed); row < rows_;
-       row = next_row_.fetch_add(1, std::memory_order_relaxed)) {
+void RowWorkers::Drain(size_t participant, const Job& job) {
+  const uint64_t generation = job.generation & 0xffffffffu;
+  uint64_t claim = claim_.load(std::memory_order_acquire);
+  for (;;) {
+    // A row is claimed only while the claim word still names this job: a worker that woke late
+    // (after its job's Run returned) finds another generation or no row left, and runs nothing.
+    const uint64_t row = claim & 0xffffffffu;
+    if ((claim >> 32) != generation || row >= job.rows) return;
+    if (!claim_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+      continue;
     try {
-      task_(context_, row, participant);
+      job.task(job.context, static_cast<size_t>(row), participant);
     } catch (...) {
       if (!errors_[participant] || row < error_rows_[participant]) {
         errors_[participant] = std::current_exception();
-        error_rows_[participant] = row;
+        error_rows_[participant] = static_cast<size_t>(row);
       }
     }
+    if (completed_.fetch_add(1, std::memory_order_acq_rel) + 1 == job.rows) {
+      // Taking the mutex orders this after a waiter's check of `completed_` (no lost wake-up).
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_.notify_one();
+    }
+    claim = claim_.load(std::memory_order_acquire);
   }
 }
 
 void RowWorkers::Work(size_t participant) {
   uint64_t seen = 0;
   for (;;) {
+    Job job;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      start_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      start_.wait(lock, [&] { return stopping_ || job_.generation != seen; });
       if (stopping_) return;
-      seen = generation_;
+      job = job_;
+      seen = job.generation;
     }
-    Drain(participant);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--busy_ == 0) done_.notify_one();
-    }
+    Drain(participant, job);
   }
 }
 
 void RowWorkers::Run(size_t rows, Task task, void* context) {
-  if (workers_.empty() || rows < 2) {
+  if (workers_.empty() || rows < 2 || rows > 0xffffffffu) {
     for (size_t row = 0; row < rows; ++row) task(context, row, 0);
     return;
   }
-  task_ = task;
-  context_ = context;
-  rows_ = rows;
-  next_row_.store(0, std::memory_order_relaxed);
+  Job job;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    busy_ = workers_.size();
-    ++generation_;
+    job_ = Job{job_.generation + 1, task, context, rows};
+    job = job_;
+    completed_.store(0, std::memory_order_relaxed);
+    claim_.store((job.generation & 0xffffffffu) << 32, std::memory_order_release);
   }
   start_.notify_all();
-  Drain(0);
-  {
+  Drain(0, job);
+  // Every row is claimed now; wait only for rows a worker is still running, never for a worker
+  // that has not woken yet (on a loaded machine that wake-up costs more than the rows).
+  for (int spin = 0; spin < 256 && completed_.load(std::memory_order_acquire) != rows; ++spin)
+    std::this_thread::yield();
+  if (completed_.load(std::memory_order_acquire) != rows) {
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return busy_ == 0; });
+    done_.wait(lock, [&] { return completed_.load(std::memory_order_acquire) == rows; });
   }
   std::exception_ptr first;
   size_t first_row = rows;

@@ -1,7 +1,9 @@
 // A small persistent thread pool for per-row work of one step (token selection: logits processing,
 // sampling, guidance masks, stop-string peeks). Rows are independent, so a step's rows are shared
 // among the owner thread and the workers; each participant has its own scratch. Nothing is
-// allocated per step.
+// allocated per step. Run returns once every row is done: it never waits for a worker that has not
+// woken up, so a busy machine (ONNX Runtime's threads, other processes) costs at worst the rows
+// run on the calling thread alone.
 #pragma once
 
 #include <atomic>
@@ -36,22 +38,28 @@ class RowWorkers {
   static size_t DefaultParticipants();
 
  private:
+  // One Run's rows: published under mutex_, copied by each worker that wakes for it.
+  struct Job {
+    uint64_t generation = 0;
+    Task task = nullptr;
+    void* context = nullptr;
+    size_t rows = 0;
+  };
+
   void Work(size_t participant);
-  void Drain(size_t participant);
+  void Drain(size_t participant, const Job& job);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable start_;
   std::condition_variable done_;
-  uint64_t generation_ = 0;  // guarded by mutex_
-  size_t busy_ = 0;          // workers still in the current generation; guarded by mutex_
-  bool stopping_ = false;    // guarded by mutex_
+  Job job_;               // the latest Run's; guarded by mutex_
+  bool stopping_ = false;  // guarded by mutex_
 
-  // The current job (written before the generation is published).
-  Task task_ = nullptr;
-  void* context_ = nullptr;
-  size_t rows_ = 0;
-  std::atomic<size_t> next_row_{0};
+  // The low 32 bits of the current job's generation, then its next unclaimed row: claiming a row
+  // checks both at once, so a worker holding an older job never takes a row of a newer one.
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<size_t> completed_{0};        // rows of the current job that finished
   std::vector<std::exception_ptr> errors_;  // per participant: its first failure
   std::vector<size_t> error_rows_;
 };

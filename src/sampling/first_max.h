@@ -11,8 +11,9 @@ struct FirstMaxResult {
   float value;   // the largest value, NaN ignored; -inf when none exceeds -inf
 };
 
-// One pass over data[0, count): AVX2 where the CPU has it (checked once; OGA_SAMPLER_PORTABLE=1
-// selects SSE2), else SSE2, else scalar.
+// One pass over data[0, count) in blocks of block maxima, then the winning block (1024 values)
+// again: AVX2 where the CPU has it (checked once; OGA_SAMPLER_PORTABLE=1 selects SSE2), else
+// SSE2, else scalar.
 FirstMaxResult FirstMax(const float* data, size_t count);
 
 }  // namespace oga
