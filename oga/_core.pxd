@@ -420,6 +420,9 @@ cdef extern from "oga/oga_ext.h" nogil:
                                           uint64_t skip, uint64_t count)
 
     c_OgaResult* OgaExtGeneratorIsDone(c_OgaGenerator* generator, cbool* out)
+    c_OgaResult* OgaExtGeneratorParamsSetSearchOptions(c_OgaGeneratorParams* params, size_t count,
+                                                       const char* const* names, const double* numbers,
+                                                       const int32_t* is_bool)
     c_OgaResult* OgaExtEngineCreateRequestWithParams(c_OgaEngine* engine, const c_OgaGeneratorParams* params,
                                                    const c_OgaRequestOptions* request_options, c_OgaRequest** out)
 
@@ -488,6 +491,7 @@ cdef class OgaEngine:
 
 cdef class OgaGenerator:
     cdef c_OgaGenerator* _ptr
+    cdef size_t _batch_size  # rows a 2-D append_tokens block must have
     cdef int _alive(self) except -1
 
 cdef class OgaRequest:

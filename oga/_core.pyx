@@ -26,6 +26,7 @@ import numpy as np
 
 include "_enums.pxi"
 include "_errors.pxi"
+include "_arguments.pxi"
 include "_tokens.pxi"
 include "_models.pxi"
 include "_engine.pxi"

@@ -111,12 +111,13 @@ cdef class OgaEngine:
         check_result(result)
         return _wrap_request(request)
 
-    def create_event_buffer(self, size_t capacity):
+    def create_event_buffer(self, capacity):
         """OgaCreateEngineEventBuffer: an event buffer with `capacity` slots, bound to this engine."""
         cdef c_OgaEngineEventBuffer* buffer = NULL
+        cdef size_t c_capacity = _size_t(capacity, "capacity")
         if self._ptr == NULL:
             _raise_dead("Engine")
-        check_result(OgaCreateEngineEventBuffer(self._ptr, capacity, &buffer))
+        check_result(OgaCreateEngineEventBuffer(self._ptr, c_capacity, &buffer))
         cdef OgaEngineEventBuffer obj = OgaEngineEventBuffer.__new__(OgaEngineEventBuffer)
         obj._ptr = buffer
         return obj
@@ -143,7 +144,7 @@ cdef class OgaEngine:
     def _run_compat(self, buffer, max_events):
         if buffer is not None or max_events is None:
             raise TypeError("run() takes exactly one of buffer or max_events.")
-        cdef size_t capacity = max_events
+        cdef size_t capacity = _size_t(max_events, "max_events")
         cached = self._compat_buffers.get(capacity)
         if cached is None:
             cached = self.create_event_buffer(capacity)

@@ -4,14 +4,18 @@
 # Generator
 # ---------------------------------------------------------------------------------------------
 
-cdef object _generator_tokens(object tokens):
+cdef object _generator_tokens(object tokens, size_t batch_size):
     """append_tokens' argument as one contiguous int32 array: an og.Tensor (encode_batch) or any
-    1-D or 2-D array-like of token ids (a 2-D [batch_size, length] block is read row by row)."""
+    1-D or 2-D array-like of token ids (a 2-D [batch_size, length] block is read row by row and
+    must have batch_size rows)."""
     as_numpy = getattr(tokens, "as_numpy", None)
     if as_numpy is not None and not isinstance(tokens, np.ndarray):
         tokens = as_numpy()
     arr = np.asarray(tokens)
     if arr.ndim == 2:
+        if <size_t>arr.shape[0] != batch_size:
+            raise ValueError(f"tokens is a [{arr.shape[0]}, {arr.shape[1]}] block, but the Generator's batch_size is "
+                             f"{batch_size}: a 2-D block must be [batch_size, sequence_length].")
         arr = arr.reshape(-1)
     elif arr.ndim != 1:
         raise ValueError(f"tokens must be a 1-D or 2-D [batch_size, sequence_length] array, not {arr.ndim}-D.")
@@ -32,11 +36,14 @@ cdef class OgaGenerator:
             _raise_dead("Model")
         if params._ptr == NULL:
             _raise_dead("GeneratorParams")
+        cdef double batch_size = 1
+        check_result(OgaGeneratorParamsGetSearchNumber(params._ptr, b"batch_size", &batch_size))
         with nogil:
             result = OgaCreateGenerator(model._ptr, params._ptr, &generator)
         if result == NULL:
             self._ptr = generator  # released by __dealloc__ if an interruption is raised below
         _check_callbacks(result)
+        self._batch_size = <size_t>batch_size
 
     def __dealloc__(self):
         # Without the GIL: a Generator on a shared engine (engine.shared_generators) waits for the
@@ -59,7 +66,7 @@ cdef class OgaGenerator:
         cdef size_t count
         cdef c_OgaResult* result
         self._alive()
-        view = _generator_tokens(tokens)
+        view = _generator_tokens(tokens, self._batch_size)
         count = view.shape[0]
         if count > 0:
             data = &view[0]
@@ -88,15 +95,16 @@ cdef class OgaGenerator:
         self._alive()
         return OgaGenerator_TokenCount(self._ptr)
 
-    def get_sequence(self, size_t index):
+    def get_sequence(self, index):
         """OgaGenerator_GetSequenceData: a copy of sequence `index` as an int32 array."""
         cdef size_t count
         cdef const int32_t* data
+        cdef size_t c_index = _size_t(index, "index")
         self._alive()
-        data = OgaGenerator_GetSequenceData(self._ptr, index)
+        data = OgaGenerator_GetSequenceData(self._ptr, c_index)
         if data == NULL:
             raise IndexError(f"Sequence index {index} is out of range.")
-        count = OgaGenerator_GetSequenceCount(self._ptr, index)
+        count = OgaGenerator_GetSequenceCount(self._ptr, c_index)
         return _copy_array(data, count, _INT32)
 
     def get_next_tokens(self):
@@ -107,12 +115,13 @@ cdef class OgaGenerator:
         check_result(OgaGenerator_GetNextTokens(self._ptr, &data, &count))
         return _copy_array(data, count, _INT32)
 
-    def rewind_to(self, size_t new_length):
+    def rewind_to(self, new_length):
         """OgaGenerator_RewindTo (GIL released)."""
         cdef c_OgaResult* result
+        cdef size_t c_length = _size_t(new_length, "new_length")
         self._alive()
         with nogil:
-            result = OgaGenerator_RewindTo(self._ptr, new_length)
+            result = OgaGenerator_RewindTo(self._ptr, c_length)
         _check_callbacks(result)
 
     def get_logits(self):
@@ -155,7 +164,7 @@ cdef class OgaGenerator:
         finally:
             OgaDestroyTensor(tensor)
 
-    def set_runtime_option(self, str key, str value):
+    def set_runtime_option(self, str key not None, str value not None):
         """OgaGenerator_SetRuntimeOption: terminate_session "1" / "0" (any thread)."""
         self._alive()
         check_result(OgaGenerator_SetRuntimeOption(self._ptr, key.encode("utf-8"), value.encode("utf-8")))
@@ -167,13 +176,13 @@ cdef class OgaGenerator:
         check_result(OgaGenerator_GetSpeculativeStats(self._ptr, &stats))
         return _speculative_stats_dict(stats)
 
-    def get_input(self, str name):
+    def get_input(self, str name not None):
         """OgaGenerator_GetInput: not supported by oga (raises)."""
         cdef c_OgaTensor* tensor = NULL
         self._alive()
         check_result(OgaGenerator_GetInput(self._ptr, name.encode("utf-8"), &tensor))
 
-    def get_output(self, str name):
+    def get_output(self, str name not None):
         """OgaGenerator_GetOutput: not supported by oga (raises)."""
         cdef c_OgaTensor* tensor = NULL
         self._alive()
@@ -184,7 +193,7 @@ cdef class OgaGenerator:
         self._alive()
         check_result(OgaGenerator_SetInputs(self._ptr, NULL))
 
-    def set_model_input(self, str name, value):
+    def set_model_input(self, str name not None, value):
         """OgaGenerator_SetModelInput: not supported by oga (raises)."""
         self._alive()
         check_result(OgaGenerator_SetModelInput(self._ptr, name.encode("utf-8"), NULL))
@@ -199,7 +208,7 @@ cdef class OgaGenerator:
         self._alive()
         check_result(OgaGenerator_SnapshotState(self._ptr))
 
-    def set_active_adapter(self, adapters, str adapter_name):
+    def set_active_adapter(self, adapters, str adapter_name not None):
         """LoRA adapters (og.Adapters) are not supported by oga (raises NotImplementedError)."""
         from .unsupported import not_supported
         raise not_supported("Generator.set_active_adapter", "LoRA adapters loaded for a model")

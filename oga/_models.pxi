@@ -36,7 +36,7 @@ cdef class OgaConfig:
             _raise_dead("Config")
         return 0
 
-    def overlay(self, str json):
+    def overlay(self, str json not None):
         """OgaConfigOverlay: merges `json` into the configuration (validated before it is published)."""
         self._alive()
         check_result(OgaConfigOverlay(self._ptr, json.encode("utf-8")))
@@ -46,12 +46,12 @@ cdef class OgaConfig:
         self._alive()
         check_result(OgaConfigClearProviders(self._ptr))
 
-    def append_provider(self, str provider):
+    def append_provider(self, str provider not None):
         """OgaConfigAppendProvider."""
         self._alive()
         check_result(OgaConfigAppendProvider(self._ptr, provider.encode("utf-8")))
 
-    def set_provider_option(self, str provider, str key, str value):
+    def set_provider_option(self, str provider not None, str key not None, str value not None):
         """OgaConfigSetProviderOption."""
         self._alive()
         check_result(OgaConfigSetProviderOption(self._ptr, provider.encode("utf-8"), key.encode("utf-8"),
@@ -137,13 +137,14 @@ cdef class OgaGeneratorParams:
                 out[name] = number
         return out
 
-    def set_guidance(self, str type, str data, bint enable_ff_tokens=False):
+    def set_guidance(self, str type not None, str data not None, enable_ff_tokens=False):
         """OgaGeneratorParamsSetGuidance: json_schema, regex or lark_grammar guidance for the
         whole generation (enable_ff_tokens=True is not supported by oga)."""
+        cdef bint c_ff = _boolean(enable_ff_tokens, "enable_ff_tokens")
         if self._ptr == NULL:
             _raise_dead("GeneratorParams")
         check_result(OgaGeneratorParamsSetGuidance(self._ptr, type.encode("utf-8"), data.encode("utf-8"),
-                                                   enable_ff_tokens))
+                                                   c_ff))
 
     def set_speculative_options(self, **options):
         """OgaGeneratorParamsSetSpeculativeNumber: not supported by oga (raises)."""
@@ -159,23 +160,44 @@ cdef class OgaGeneratorParams:
         check_result(OgaGeneratorParamsGetSpeculativeNumber(self._ptr, b"", &number))
 
     def set_search_options(self, **options):
-        """Bools -> OgaGeneratorParamsSetSearchBool; numbers -> OgaGeneratorParamsSetSearchNumber."""
-        cdef double number
+        """OgaExtGeneratorParamsSetSearchOptions: bools as OgaGeneratorParamsSetSearchBool, numbers
+        as OgaGeneratorParamsSetSearchNumber, all or none (a failure leaves the params as before)."""
+        cdef size_t count = len(options)
+        cdef const char** c_names
+        cdef double[::1] numbers = np.empty(count, dtype=np.float64)
+        cdef int32_t[::1] is_bool = np.empty(count, dtype=np.int32)
+        cdef size_t i = 0
+        cdef c_OgaResult* result
         if self._ptr == NULL:
             _raise_dead("GeneratorParams")
+        if count == 0:
+            return
+        encoded = []
         for name, value in options.items():
-            c_name = name.encode("utf-8")
+            encoded.append(name.encode("utf-8"))
             if isinstance(value, (bool, np.bool_)):
-                check_result(OgaGeneratorParamsSetSearchBool(self._ptr, c_name, bool(value)))
+                numbers[i] = 1.0 if value else 0.0
+                is_bool[i] = 1
             elif isinstance(value, (str, bytes)):
                 raise TypeError(f"Search option {name} must be a number or a bool, not {type(value).__name__}.")
             else:
                 try:
-                    number = value
+                    numbers[i] = value
                 except TypeError:
                     raise TypeError(
                         f"Search option {name} must be a number or a bool, not {type(value).__name__}.") from None
-                check_result(OgaGeneratorParamsSetSearchNumber(self._ptr, c_name, number))
+                is_bool[i] = 0
+            i += 1
+        c_names = <const char**>PyMem_Malloc(count * sizeof(const char*))
+        if c_names == NULL:
+            raise MemoryError()
+        try:
+            for i in range(count):
+                c_names[i] = <const char*>(<bytes>encoded[i])
+            result = OgaExtGeneratorParamsSetSearchOptions(self._ptr, count, c_names, &numbers[0], &is_bool[0])
+        finally:
+            PyMem_Free(c_names)
+        check_result(result)
 
 
 # 0.18's search option names (alphabetical, as get_search_options lists them) and whether each is a bool.

@@ -140,19 +140,21 @@ cdef class OgaRequest:
         _check_callbacks(result)  # the token-table loader and the tokenizer run in Python
         return turn_id
 
-    def cancel_turn(self, uint64_t turn_id):
+    def cancel_turn(self, turn_id):
         """OgaRequestCancelTurn: True if the named current turn was cancelled."""
+        cdef uint64_t c_turn_id = _uint64(turn_id, "turn_id")
         cdef cbool cancelled = False
         if self._ptr == NULL:
             _raise_dead("Request")
-        check_result(OgaRequestCancelTurn(self._ptr, turn_id, &cancelled))
+        check_result(OgaRequestCancelTurn(self._ptr, c_turn_id, &cancelled))
         return cancelled
 
-    def rewind_to_start_of_turn(self, uint64_t turn_id):
+    def rewind_to_start_of_turn(self, turn_id):
         """OgaRequestRewindToStartOfTurn."""
+        cdef uint64_t c_turn_id = _uint64(turn_id, "turn_id")
         if self._ptr == NULL:
             _raise_dead("Request")
-        check_result(OgaRequestRewindToStartOfTurn(self._ptr, turn_id))
+        check_result(OgaRequestRewindToStartOfTurn(self._ptr, c_turn_id))
 
     def close(self):
         """OgaRequestClose: idempotent; stops scheduling and frees the request's cache."""
@@ -194,11 +196,12 @@ cdef class OgaRequestOptions:
         OgaDestroyRequestOptions(self._ptr)
         self._ptr = NULL
 
-    def set_max_session_tokens(self, uint64_t max_session_tokens):
+    def set_max_session_tokens(self, max_session_tokens):
         """OgaRequestOptionsSetMaxSessionTokens (0 = unset)."""
+        cdef uint64_t c_max_session_tokens = _uint64(max_session_tokens, "max_session_tokens")
         if self._ptr == NULL:
             _raise_dead("RequestOptions")
-        check_result(OgaRequestOptionsSetMaxSessionTokens(self._ptr, max_session_tokens))
+        check_result(OgaRequestOptionsSetMaxSessionTokens(self._ptr, c_max_session_tokens))
 
 
 cdef class OgaTurnOptions:
@@ -225,20 +228,23 @@ cdef class OgaTurnOptions:
             _raise_dead("TurnOptions")
         return 0
 
-    def set_max_generated_tokens(self, uint64_t max_generated_tokens):
+    def set_max_generated_tokens(self, max_generated_tokens):
         """OgaTurnOptionsSetMaxGeneratedTokens (0 = unset)."""
+        cdef uint64_t c_max_generated_tokens = _uint64(max_generated_tokens, "max_generated_tokens")
         self._alive()
-        check_result(OgaTurnOptionsSetMaxGeneratedTokens(self._ptr, max_generated_tokens))
+        check_result(OgaTurnOptionsSetMaxGeneratedTokens(self._ptr, c_max_generated_tokens))
 
-    def set_min_generated_tokens(self, uint64_t min_generated_tokens):
+    def set_min_generated_tokens(self, min_generated_tokens):
         """OgaTurnOptionsSetMinGeneratedTokens (0 = unset)."""
+        cdef uint64_t c_min_generated_tokens = _uint64(min_generated_tokens, "min_generated_tokens")
         self._alive()
-        check_result(OgaTurnOptionsSetMinGeneratedTokens(self._ptr, min_generated_tokens))
+        check_result(OgaTurnOptionsSetMinGeneratedTokens(self._ptr, c_min_generated_tokens))
 
-    def set_do_sample(self, bint do_sample):
+    def set_do_sample(self, do_sample):
         """OgaTurnOptionsSetDoSample."""
+        cdef bint c_do_sample = _boolean(do_sample, "do_sample")
         self._alive()
-        check_result(OgaTurnOptionsSetDoSample(self._ptr, do_sample))
+        check_result(OgaTurnOptionsSetDoSample(self._ptr, c_do_sample))
 
     def set_temperature(self, float temperature):
         """OgaTurnOptionsSetTemperature."""
@@ -250,25 +256,28 @@ cdef class OgaTurnOptions:
         self._alive()
         check_result(OgaTurnOptionsSetTopP(self._ptr, top_p))
 
-    def set_top_k(self, int32_t top_k):
+    def set_top_k(self, top_k):
         """OgaTurnOptionsSetTopK."""
+        cdef int32_t c_top_k = _int32(top_k, "top_k")
         self._alive()
-        check_result(OgaTurnOptionsSetTopK(self._ptr, top_k))
+        check_result(OgaTurnOptionsSetTopK(self._ptr, c_top_k))
 
     def set_repetition_penalty(self, float repetition_penalty):
         """OgaTurnOptionsSetRepetitionPenalty."""
         self._alive()
         check_result(OgaTurnOptionsSetRepetitionPenalty(self._ptr, repetition_penalty))
 
-    def set_no_repeat_ngram_size(self, int32_t no_repeat_ngram_size):
+    def set_no_repeat_ngram_size(self, no_repeat_ngram_size):
         """OgaTurnOptionsSetNoRepeatNgramSize (0 disables)."""
+        cdef int32_t c_no_repeat_ngram_size = _int32(no_repeat_ngram_size, "no_repeat_ngram_size")
         self._alive()
-        check_result(OgaTurnOptionsSetNoRepeatNgramSize(self._ptr, no_repeat_ngram_size))
+        check_result(OgaTurnOptionsSetNoRepeatNgramSize(self._ptr, c_no_repeat_ngram_size))
 
-    def set_seed(self, uint64_t seed):
+    def set_seed(self, seed):
         """OgaTurnOptionsSetSeed."""
+        cdef uint64_t c_seed = _uint64(seed, "seed")
         self._alive()
-        check_result(OgaTurnOptionsSetSeed(self._ptr, seed))
+        check_result(OgaTurnOptionsSetSeed(self._ptr, c_seed))
 
     def clear_seed(self):
         """OgaTurnOptionsClearSeed."""
@@ -297,7 +306,7 @@ cdef class OgaTurnOptions:
         finally:
             OgaDestroyStringArray(array)
 
-    def set_guidance(self, str type, str data):
+    def set_guidance(self, str type not None, str data not None):
         """OgaTurnOptionsSetGuidance: whole-turn guidance (json_schema, regex or lark_grammar)."""
         self._alive()
         c_type = type.encode("utf-8")

@@ -285,7 +285,9 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_SnapshotState(OgaGenerator* gene
  * OgaEngineRun is refused). Release with OgaDestroyRequest (any thread): the engine then removes it.
  * ------------------------------------------------------------------------------------------- */
 /* A request with the search settings of `params` (copied): max_length caps its sequence, sampling
- * settings make its turn policy, min_length is a floor on the sequence per turn. Any thread. */
+ * settings make its turn policy, min_length is a floor on the sequence per turn. Refused, with the
+ * Generator's texts where it has them: num_beams != 1, batch_size != 1, num_return_sequences != 1,
+ * max_length above the model's context_length, and guidance on the params. Any thread. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaCreateRequest(const OgaGeneratorParams* params, OgaRequest** out);
 /* Any thread. Exactly one sequence. Before the request is added: its prompt. Once its turn is
  * complete: a continuation (as OgaRequestContinue). While it waits for admission or generates:

@@ -534,6 +534,16 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaExtTestModelInjectFault(OgaModel* model, O
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtEngineCreateRequestWithParams(OgaEngine* engine, const OgaGeneratorParams* params,
                                                                         const OgaRequestOptions* request_options, OgaRequest** out);
 
+/* Sets `count` search options at once, all or none: names[i] with numbers[i], through
+ * OgaGeneratorParamsSetSearchBool (numbers[i] != 0) where is_bool[i] is nonzero, else through
+ * OgaGeneratorParamsSetSearchNumber, each validated as there; the first failure is returned with that
+ * setter's text and `params` is left as before the call (the Python set_search_options(**options)).
+ * Any thread, not concurrently with another call on `params`. */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaExtGeneratorParamsSetSearchOptions(OgaGeneratorParams* params, size_t count,
+                                                                         const char* const* names,
+                                                                         const double* numbers,
+                                                                         const int32_t* is_bool);
+
 /* OgaGenerator_IsDone with an error channel (the Python binding's is_done): fails with "Session in
  * Terminated state, exiting!" while terminate_session is set, as 0.18's Python is_done raises. */
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtGeneratorIsDone(OgaGenerator* generator, bool* out);

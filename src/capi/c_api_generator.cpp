@@ -67,6 +67,26 @@ OgaResult* OGA_API_CALL OgaGeneratorParamsSetSearchBool(OgaGeneratorParams* para
   });
 }
 
+OgaResult* OGA_API_CALL OgaExtGeneratorParamsSetSearchOptions(OgaGeneratorParams* params, size_t count,
+                                                               const char* const* names, const double* numbers,
+                                                               const int32_t* is_bool) {
+  return Guard([&] {
+    RequireNotNull(params, "params must not be null.");
+    if (count != 0) {
+      RequireNotNull(names, "names must not be null.");
+      RequireNotNull(numbers, "numbers must not be null.");
+      RequireNotNull(is_bool, "is_bool must not be null.");
+    }
+    oga::SearchConfig search = params->search;  // applied to a copy: all or none
+    for (size_t i = 0; i < count; ++i) {
+      RequireNotNull(names[i], "name must not be null.");
+      const bool boolean = is_bool[i] != 0;
+      oga::SetSearchOption(search, names[i], boolean ? (numbers[i] != 0 ? 1.0 : 0.0) : numbers[i], boolean);
+    }
+    params->search = std::move(search);
+  });
+}
+
 OgaResult* OGA_API_CALL OgaGeneratorParamsGetSearchNumber(const OgaGeneratorParams* params, const char* name,
                                                           double* out) {
   return Guard([&] {

@@ -91,6 +91,8 @@ void SetSearchOption(SearchConfig& search, const std::string& name, double value
   } else if (name == "no_repeat_ngram_size") {
     search.no_repeat_ngram_size = integer;
   } else if (name == "chunk_size") {
+    // As in genai_config.json's search section (0 = no chunking).
+    if (integer < 0) throw ApiError("chunk_size must be >= 0");
     search.chunk_size = integer;
   } else if (name == "random_seed") {
     // OGA writes -1 for "no seed"; any negative seed means the same.

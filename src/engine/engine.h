@@ -131,6 +131,9 @@ class Engine {
   // Selects the request's next token from its held logits (the caller may have changed them) with
   // its turn policy, outside any model run, and publishes it like a step would.
   void SelectHeldToken(Request& request);
+  // Throws what SelectHeldToken would throw (e.g. every held logit NaN) and changes nothing, so a
+  // caller selecting for several requests can check them all before publishing any.
+  void CheckHeldTokenSelectable(Request& request);
   void Close(Request& request);
   void Run(OgaEngineEventBuffer& buffer);
   // Whether the last Run returned early because a callback was interrupted (its Retryable event is
@@ -171,6 +174,8 @@ class Engine {
     int32_t eos_token = -1;  // the EOS id selected (finish_reason Eos)
     bool hold = false;       // a Generator holds the row's logits: nothing was selected
   };
+  // SelectHeldToken's checks and selection, without publishing.
+  StagedResult StageHeldToken(Request& request);
 
   Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size_t block_size, size_t num_blocks,
          uint64_t max_request_length, size_t selection_participants);

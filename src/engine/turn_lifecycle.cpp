@@ -299,7 +299,7 @@ void Engine::HoldLogits(Request& request) {
   request.hold_logits = true;
 }
 
-void Engine::SelectHeldToken(Request& request) {
+Engine::StagedResult Engine::StageHeldToken(Request& request) {
   CheckOwnerThread();
   CheckNoStepInFlight("select a held token");
   ThrowIfUnhealthy();
@@ -310,12 +310,18 @@ void Engine::SelectHeldToken(Request& request) {
   LogitsRow logits;
   logits.data = request.held_logits.data();
   logits.type = OgaExtLogitsType_Float32;
-  StagedResult staged;
   try {
-    staged = SelectFromLogits(request, logits, 0);
+    // Selection only stages: a draw advances a copy of the stream, the guidance cursor moves at publish.
+    return SelectFromLogits(request, logits, 0);
   } catch (const RetryableStepError&) {
     throw ApiError("No token can be selected: every logit is NaN or masked.");
   }
+}
+
+void Engine::CheckHeldTokenSelectable(Request& request) { (void)StageHeldToken(request); }
+
+void Engine::SelectHeldToken(Request& request) {
+  const StagedResult staged = StageHeldToken(request);
   request.logits_held = false;
   PublishToken(request, staged);
 }

@@ -305,6 +305,11 @@ bool Generator::GrantTokens() {
     EnsureRequest(row);
     if (!row.request->logits_held && !row.pending.empty()) BeginPendingTurn(row);
   }
+  // Held logits (get_logits / set_logits) are selected below, row by row: every row must be
+  // selectable first, or a failing row would leave the others' tokens published without it.
+  for (GeneratorRow& row : rows_) {
+    if (!row.ended && row.request->logits_held) engine_->CheckHeldTokenSelectable(*row.request);
+  }
   generation_open_ = true;
   for (GeneratorRow& row : rows_) {
     if (row.ended) {

@@ -85,6 +85,7 @@ void StepDriver::AddRequest(const std::shared_ptr<StepRequest>& request) {
     }
     request->state = StepRequestState::Queued;
     request->driver = this;
+    request->engine_id = engine_->id();
   }
   live_count_.fetch_add(1, std::memory_order_acq_rel);
   if (!engine_->IsOwnerThread()) {
@@ -101,6 +102,7 @@ void StepDriver::AddRequest(const std::shared_ptr<StepRequest>& request) {
     std::lock_guard<std::mutex> lock(request->mutex);
     request->state = StepRequestState::Created;
     request->driver = nullptr;
+    request->engine_id = 0;
     if (request->core) {
       engine_->Close(*request->core);
       request->core.reset();
@@ -120,8 +122,8 @@ void StepDriver::Continue(const std::shared_ptr<StepRequest>& request) {
 void StepDriver::RemoveRequest(const std::shared_ptr<StepRequest>& request) {
   {
     std::lock_guard<std::mutex> lock(request->mutex);
-    if (request->driver == nullptr) throw ApiError("Cannot remove a request that was never added to an engine.");
-    if (request->driver != this) throw ApiError("Cannot remove a request that belongs to another engine.");
+    if (request->engine_id == 0) throw ApiError("Cannot remove a request that was never added to an engine.");
+    if (request->engine_id != engine_->id()) throw ApiError("Cannot remove a request that belongs to another engine.");
     if (request->state == StepRequestState::Removed) return;
     request->removal_requested = true;
   }
@@ -280,6 +282,7 @@ void StepDriver::Teardown() noexcept {
   for (const std::shared_ptr<StepRequest>& request : requests) {
     std::lock_guard<std::mutex> lock(request->mutex);
     request->state = StepRequestState::Removed;
+    request->driver = nullptr;  // this driver is going away; engine_id still names its engine
     request->input.clear();
     if (request->core) request->core->step_request = nullptr;
     request->core.reset();  // the engine's teardown closes it

@@ -55,7 +55,8 @@ struct StepRequest {
   size_t unseen_read = 0;
   size_t sequence_length = 0;   // tokens given to the engine and generated so far
   std::string failure;          // why its turn failed, if it did
-  StepDriver* driver = nullptr; // the engine it was added to (stays set after removal)
+  StepDriver* driver = nullptr; // the engine it was added to (null once that engine is gone)
+  uint64_t engine_id = 0;       // that engine's id (stays set: ids are never reused, addresses are)
   bool removal_requested = false;
 
   // Owner thread only: the engine request, once admitted.
