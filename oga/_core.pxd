@@ -423,6 +423,7 @@ cdef extern from "oga/oga_ext.h" nogil:
     c_OgaResult* OgaExtGeneratorParamsSetSearchOptions(c_OgaGeneratorParams* params, size_t count,
                                                        const char* const* names, const double* numbers,
                                                        const int32_t* is_bool)
+    c_OgaResult* OgaExtEngineRequeueEvents(c_OgaEngine* engine, c_OgaEngineEventBuffer* buffer)
     c_OgaResult* OgaExtEngineCreateRequestWithParams(c_OgaEngine* engine, const c_OgaGeneratorParams* params,
                                                    const c_OgaRequestOptions* request_options, c_OgaRequest** out)
 

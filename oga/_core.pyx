@@ -8,6 +8,7 @@ through check_result. Engine logic lives in the C++ core, never here.
 
 cimport cython
 from cpython.buffer cimport PyBUF_READ, PyBUF_WRITE
+from cpython.exc cimport PyErr_CheckSignals
 from cpython.long cimport PyLong_AsLongLong, PyLong_CheckExact
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.memoryview cimport PyMemoryView_FromMemory

@@ -126,8 +126,10 @@ cdef class OgaEngine:
         """OgaEngineRun (GIL released). run(buffer) returns `buffer`; the seed-era run(max_events=N)
         runs a cached internal buffer of capacity N and returns a list of its event views.
         A KeyboardInterrupt (any BaseException that is not an Exception) raised by Python code the
-        step ran, such as the ONNX Runtime executor, is raised from here once the core returns: the
-        step was rolled back, the engine is healthy, and the next run delivers its Retryable event."""
+        step ran, such as the Python executor, is raised from here once the core returns: the step
+        was rolled back, the engine is healthy, and the next run delivers its Retryable event. A
+        Ctrl-C while a native step runs is raised once the step is done; its events go back to the
+        engine (OgaExtEngineRequeueEvents) and the next run delivers them."""
         cdef c_OgaResult* result
         if buffer is None or max_events is not None:
             return self._run_compat(buffer, max_events)
@@ -139,6 +141,14 @@ cdef class OgaEngine:
             result = OgaEngineRun(self._ptr, buffer._ptr)
         if result != NULL or _interrupted_threads != 0:
             _check_callbacks(result)
+        try:
+            # A Ctrl-C while the step ran without the GIL (the native executor never re-enters Python)
+            # is raised here, not after this returns: the caller would never receive the buffer, so
+            # its events go back to the engine and the next run delivers them.
+            PyErr_CheckSignals()
+        except BaseException:
+            OgaDestroyResult(OgaExtEngineRequeueEvents(self._ptr, buffer._ptr))
+            raise
         return buffer
 
     def _run_compat(self, buffer, max_events):

@@ -211,3 +211,23 @@ def test_one_nan_row_publishes_no_row(model):
     for _ in range(3):
         generator.generate_next_token()
     assert [generator.get_sequence(i).tolist() for i in range(2)] == _tokens(model, block, 3, batch_size=2)
+
+
+@pytest.mark.parametrize("temperature", [1e-40, 1e-45, 1e-300])
+def test_a_temperature_too_small_for_float_selects_the_top_logit(model, temperature):
+    """1 / temperature overflows float below ~2.9e-39: sampled, the scaled top logit was NaN and the
+    turn drew junk; the limit of sampling as the temperature goes to 0 is the greedy token."""
+    def tokens(**options):
+        engine = og.Engine(model)
+        request = engine.create_request()
+        turn = og.TurnOptions(request)
+        turn.set_max_generated_tokens(6)
+        turn.set_min_generated_tokens(6)
+        for name, value in options.items():
+            getattr(turn, "set_" + name)(value)
+        request.begin_turn(np.array([5, 9, 13], np.int32), turn)
+        return [e.token for e in drive(engine) if e.flags & og.EngineEventFlags.TOKEN]
+
+    greedy = tokens(do_sample=False)
+    assert tokens(do_sample=True, temperature=temperature, seed=3) == greedy
+    assert tokens(do_sample=True, temperature=temperature, seed=4) == greedy

@@ -293,9 +293,10 @@ def test_a_native_step_runs_no_python(model_dirs, monkeypatch):
 
 
 def test_ctrl_c_during_a_native_step_reaches_the_caller_once_the_step_is_done(smollm2_int4_dir, monkeypatch):
-    """SIGINT lands 20 ms into a long prefill that runs without the GIL: the step completes and
-    delivers its event, KeyboardInterrupt is raised in the caller right after Engine.run returns, and
-    the engine carries on to the uninterrupted tokens."""
+    """SIGINT lands 20 ms into a long prefill that runs without the GIL: the step completes,
+    KeyboardInterrupt is raised from Engine.run as the step returns (the caller never receives the
+    buffer), the step's event goes back to the engine, and the next run delivers it: a loop that
+    catches the interrupt and goes on gets exactly the uninterrupted tokens."""
     import signal
 
     model = _load(smollm2_int4_dir, "native", monkeypatch)
@@ -341,8 +342,11 @@ def test_ctrl_c_during_a_native_step_reaches_the_caller_once_the_step_is_done(sm
         interrupter.join()
     counters = testing.engine_counters(engine)
     assert counters["committed_steps"] == 1 and counters["rolled_back_steps"] == 0
-    tokens = [e.token for e in buffer]
-    assert tokens == reference[:1]  # the step's event was delivered
+    assert len(buffer) == 0  # its event went back to the engine
+    assert engine.has_pending_requests()
+    tokens = [e.token for e in engine.run(buffer)]
+    assert tokens == reference[:1]  # delivered by the next run, without another step
+    assert testing.engine_counters(engine)["committed_steps"] == 1
     assert drain(engine, buffer, tokens) == reference
 
 

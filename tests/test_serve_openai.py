@@ -8,6 +8,7 @@ and errors against the openai exception classes.
 """
 import io
 import json
+import time
 import urllib.error
 import urllib.request
 
@@ -183,9 +184,21 @@ def test_errors_are_openai_exceptions(client, server):
         urllib.request.urlopen(request, timeout=30)
     assert e.value.code == 400
     assert json.loads(e.value.read())["error"]["type"] == "invalid_request_error"
-    # Nothing above changed the server: a request still gets its answer.
-    assert client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0,
-                                          max_tokens=4).usage.completion_tokens == 4
+    # A lone surrogate (JSON "\ud800") is no text a tokenizer can encode: 400, not 500.
+    for route, body in (("/v1/completions", {"model": MODEL, "prompt": "\ud800abc", "max_tokens": 2}),
+                        ("/v1/chat/completions", {"model": MODEL, "max_tokens": 2,
+                                                  "messages": [{"role": "user", "content": "\ud800"}]})):
+        request = urllib.request.Request(server.base_url + route, data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(request, timeout=30)
+        assert e.value.code == 400, route
+        assert "surrogate" in json.loads(e.value.read())["error"]["message"]
+    # Nothing above changed the server: a request still gets its answer, created now (not at start-up).
+    before = int(time.time())
+    answer = client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0, max_tokens=4)
+    assert answer.usage.completion_tokens == 4
+    assert before <= answer.created <= int(time.time())
 
 
 def client_error(client, **fields):

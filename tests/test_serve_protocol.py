@@ -42,6 +42,9 @@ def test_sampling_fields_become_turn_options():
     assert chat(temperature=0.7, top_p=0.9, seed=5).policy == {
         "do_sample": (True,), "temperature": (0.7,), "top_p": (0.9,), "seed": (5,)}
     assert chat(top_p=0.5).policy == {"do_sample": (True,), "top_p": (0.5,)}
+    # top_k 1 is greedy, as temperature 0 is: the other sampling fields cannot apply
+    assert chat(temperature=0.7, top_k=1).policy == {"do_sample": (False,)}
+    assert chat(top_p=0.5, top_k=1).policy == {"do_sample": (False,)}
     assert chat(top_k=40, repetition_penalty=1.1).policy == {
         "do_sample": (True,), "top_k": (40,), "repetition_penalty": (1.1,)}
     request = chat(max_tokens=8, min_tokens=8, stop=["x", "y", "x"])
@@ -88,6 +91,10 @@ def test_fields_at_the_values_oga_honours_anyway_are_accepted():
     request = chat(n=1, logprobs=False, presence_penalty=0, frequency_penalty=0, logit_bias={}, tools=[],
                    store=False, user=None, stream=True, stream_options={"include_usage": True})
     assert request.stream and request.include_usage
+    # JSON has one number type: clients that send float defaults mean the same values
+    assert chat(n=1.0, presence_penalty=0.0, frequency_penalty=-0.0).kind == "chat"
+    for bad in (dict(n=True), dict(logprobs=0), dict(presence_penalty=0.5), dict(presence_penalty=False)):
+        refused(chat, **bad)
     assert chat(messages=[{"role": "developer", "content": [{"type": "text", "text": "be "},
                                                             {"type": "text", "text": "brief"}]},
                           {"role": "user", "content": "hi"}]).messages[0] == {"role": "system", "content": "be brief"}
@@ -108,7 +115,9 @@ def test_completion_prompts():
 
 def test_bodies_must_be_json_objects():
     assert parse_json_body(b'{"a": 1}') == {"a": 1}
-    for body in (b"{not json", b"[1, 2]", b"\xff\xfe", b""):
+    deep = b"[" * 50000 + b"]" * 50000                      # past the parser's recursion limit
+    huge = b'{"max_tokens": ' + b"9" * 5000 + b"}"           # past Python's integer-digit limit
+    for body in (b"{not json", b"[1, 2]", b"\xff\xfe", b"", deep, huge):
         with pytest.raises(OpenAIError) as e:
             parse_json_body(body)
         assert e.value.status == 400

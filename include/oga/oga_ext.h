@@ -522,6 +522,15 @@ typedef uint32_t OgaExtFaultPhase;
 OGA_EXPORT OgaResult* OGA_API_CALL OgaExtTestModelInjectFault(OgaModel* model, OgaExtFaultPhase phase, OgaExtExecutionStatus kind,
                                                                uint64_t skip, uint64_t count);
 
+/* [owner] Puts the events the last OgaEngineRun delivered into `buffer` back at the front of the
+ * engine's retained events, in order, and empties the buffer (its views become stale): the next Run
+ * (on any buffer of the engine) delivers them again, and OgaEngineHasPendingRequests counts them. For
+ * a binding that cannot hand a completed Run's events to its caller: the Python binding calls it
+ * when a KeyboardInterrupt arrives while Run runs without the GIL, so the interrupted loop loses no
+ * event. A buffer of another engine fails "buffer must be used with the Engine that created it.";
+ * from an executor callback it fails "Cannot requeue events while a step is in flight.". */
+OGA_EXPORT OgaResult* OGA_API_CALL OgaExtEngineRequeueEvents(OgaEngine* engine, OgaEngineEventBuffer* buffer);
+
 /* ---------------------------------------------------------------------------------------------
  * Seed-era request creation: engine.create_request(params, options).
  * ------------------------------------------------------------------------------------------- */

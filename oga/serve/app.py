@@ -68,6 +68,17 @@ def start_engine_owner(settings: ServeSettings) -> EngineOwner:
     return owner
 
 
+
+def _unicode(text: str, field: str) -> str:
+    """`text`, refused when it is not valid Unicode: JSON's \\ud800 escapes decode to lone surrogates,
+    which no tokenizer encodes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise bad_request(f"Invalid '{field}': the text holds a lone UTF-16 surrogate, which is not valid Unicode.",
+                          field) from None
+    return text
+
 class _TurnProgress:
     """Keeps one turn's share of the metrics and of the server's waiting / in-flight counts right,
     whichever way the turn ends (end() is idempotent)."""
@@ -216,9 +227,9 @@ class Server:
                 text = tokenizer.apply_chat_template(json.dumps(generation.messages), add_generation_prompt=True)
             except RuntimeError as e:
                 raise bad_request(f"The chat template cannot render these messages: {e}", "messages") from None
-            prompt = tokenizer.encode(text)
+            prompt = tokenizer.encode(_unicode(text, "messages"))
         elif generation.prompt_text is not None:
-            prompt = tokenizer.encode(generation.prompt_text)
+            prompt = tokenizer.encode(_unicode(generation.prompt_text, "prompt"))
         else:
             if not all(0 <= t < 2 ** 31 for t in generation.prompt_tokens):
                 raise bad_request("Invalid 'prompt': token ids must be in [0, 2**31).", "prompt")
@@ -365,7 +376,7 @@ class Server:
         progress.end(outcome)
         if finish_reason is None:
             raise self._turn_error(finished)
-        return JSONResponse(response_body(generation.kind, response_id, self.created, self.settings.model_name,
+        return JSONResponse(response_body(generation.kind, response_id, int(time.time()), self.settings.model_name,
                                           answer, finish_reason, finished.prompt_tokens, finished.generated_tokens))
 
     def _turn_error(self, finished: Finished) -> OpenAIError:

@@ -75,8 +75,10 @@ class GenerationRequest:
 def parse_json_body(body: bytes):
     try:
         document = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise bad_request(f"The request body is not valid JSON: {e}") from None
+    except (ValueError, RecursionError) as e:
+        # ValueError: malformed JSON, bytes that are not UTF-8, an integer literal past Python's
+        # digit limit; RecursionError: nesting deeper than the parser's recursion allows.
+        raise bad_request(f"The request body is not valid JSON: {type(e).__name__}: {e}") from None
     if not isinstance(document, dict):
         raise bad_request("The request body must be a JSON object.")
     return document
@@ -121,7 +123,12 @@ def _check_fields(document, known, only_at):
 
 
 def _same(value, allowed):
-    # bool is an int in Python: `logprobs: 0` must not pass for `False`, nor `n: true` for 1.
+    # bool is an int in Python: `logprobs: 0` must not pass for `False`, nor `n: true` for 1; but a
+    # JSON number is one type, so `presence_penalty: 0.0` is the allowed 0.
+    if isinstance(value, bool) or isinstance(allowed, bool):
+        return type(value) is type(allowed) and value == allowed
+    if isinstance(allowed, (int, float)):
+        return isinstance(value, (int, float)) and value == allowed
     return type(value) is type(allowed) and value == allowed
 
 
@@ -176,9 +183,10 @@ def _sampling(document, request):
     if top_k is not None:
         if not _is_int(top_k) or top_k < 0:
             raise bad_request("Invalid 'top_k': expected a non-negative integer (0: no limit).", "top_k")
-    # temperature 0 asks for greedy decoding; any other sampling field asks for sampling. Without
-    # any of them the model's own search defaults (genai_config.json "search") apply.
-    if temperature == 0.0:
+    # temperature 0 and top_k 1 ask for greedy decoding (the engine refuses a temperature or top_p
+    # set beside a greedy policy, so they are dropped here); any other sampling field asks for
+    # sampling. Without any of them the model's own search defaults (genai_config.json "search") apply.
+    if temperature == 0.0 or top_k == 1:
         policy["do_sample"] = (False,)
     elif temperature is not None or top_p is not None or top_k:
         policy["do_sample"] = (True,)

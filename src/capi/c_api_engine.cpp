@@ -463,6 +463,16 @@ OgaResult* OGA_API_CALL OgaEngineRun(OgaEngine* engine, OgaEngineEventBuffer* bu
   });
 }
 
+OgaResult* OGA_API_CALL OgaExtEngineRequeueEvents(OgaEngine* engine, OgaEngineEventBuffer* buffer) {
+  return Guard([&] {
+    RequireNotNull(engine, "engine must not be null.");
+    RequireNotNull(buffer, "buffer must not be null.");
+    oga::Engine& core = EngineOf(engine);
+    if (buffer->engine_id != core.id()) throw ApiError("buffer must be used with the Engine that created it.");
+    core.Requeue(*buffer);
+  });
+}
+
 size_t OGA_API_CALL OgaEngineEventBufferGetCount(const OgaEngineEventBuffer* buffer) {
   return buffer == nullptr ? 0 : buffer->count;
 }

@@ -53,6 +53,13 @@ void Engine::Run(OgaEngineEventBuffer& buffer) {
   Deliver(buffer);
 }
 
+void Engine::Requeue(OgaEngineEventBuffer& buffer) {
+  CheckOwnerThread();
+  CheckNoStepInFlight("requeue events");
+  for (size_t i = buffer.count; i > 0; --i) pending_.PushFront(std::move(buffer.slots[i - 1]));
+  buffer.count = 0;
+}
+
 void Engine::Deliver(OgaEngineEventBuffer& buffer) {
   const size_t capacity = buffer.slots.size();
   while (buffer.count < capacity && !pending_.empty()) pending_.PopFrontInto(buffer.slots[buffer.count++]);

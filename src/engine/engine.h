@@ -136,6 +136,10 @@ class Engine {
   void CheckHeldTokenSelectable(Request& request);
   void Close(Request& request);
   void Run(OgaEngineEventBuffer& buffer);
+  // Moves the events of `buffer` back to the front of the retained events, in order, and empties
+  // it: the next Run delivers them again. For a caller that could not read them (see
+  // OgaExtEngineRequeueEvents).
+  void Requeue(OgaEngineEventBuffer& buffer);
   // Whether the last Run returned early because a callback was interrupted (its Retryable event is
   // retained for the next Run).
   bool last_run_interrupted() const { return last_run_interrupted_; }

@@ -12,6 +12,15 @@ void EventQueue::Push(EngineEvent&& event) {
   ++size_;
 }
 
+void EventQueue::PushFront(EngineEvent&& event) {
+  if (size_ == slots_.size()) Grow();
+  head_ = (head_ + slots_.size() - 1) % slots_.size();
+  EngineEvent& slot = slots_[head_];
+  slot = std::move(event);
+  if (slot.request) ++slot.request->retained_events;
+  ++size_;
+}
+
 void EventQueue::PopFrontInto(EngineEvent& destination) {
   EngineEvent& front = slots_[head_];
   if (front.request) --front.request->retained_events;

@@ -41,6 +41,8 @@ class EventQueue {
   size_t size() const { return size_; }
 
   void Push(EngineEvent&& event);
+  // Puts an event back in front of the oldest (an event delivered to a buffer its caller never read).
+  void PushFront(EngineEvent&& event);
   // Moves the oldest event into `destination` (a caller's buffer slot) and drops it from the queue.
   void PopFrontInto(EngineEvent& destination);
   void PopFront();

@@ -2,6 +2,7 @@
 // what the previous turn used. The complete policy is validated before BeginTurn mutates anything.
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -93,7 +94,11 @@ TurnPolicy ResolveTurnPolicy(const SearchConfig& search, const TurnOptionValues*
                      std::to_string(vocab_size) + "). Set top_k explicitly to a value no greater than vocab_size.");
     }
   }
-  policy.greedy = greedy;
+  // A temperature so small that 1 / temperature overflows float (below ~2.9e-39) is the limit of
+  // sampling as the temperature goes to 0: the top logit. Sampled, its scaling would turn the top
+  // logit into NaN (0 x inf).
+  const bool too_cold = !greedy && !(1.0f / static_cast<float>(temperature) <= std::numeric_limits<float>::max());
+  policy.greedy = greedy || too_cold;
   policy.temperature = static_cast<float>(temperature);
   policy.top_k = static_cast<int32_t>(top_k);
   policy.top_p = static_cast<float>(top_p);
