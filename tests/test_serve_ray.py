@@ -54,7 +54,7 @@ async def _complete(client, call, tokens):
 
 @pytest.fixture
 def ray_temp_dir():
-    """Ray's session files go here, not to the shared /tmp/ray (a short path: Ray's socket paths
+    """Ray's session files go here, not to Ray's shared default directory (a short path: Ray's socket paths
     must fit in 107 bytes), and are removed with it."""
     directory = tempfile.mkdtemp(prefix="oga-ray-")
     yield directory

@@ -25,26 +25,22 @@ class _EngineCollector:
 
     def collect(self):
         stats = self._stats_source()
-        in_use = GaugeMetricFamily("oga_kv_blocks_in_use", "KV cache blocks held by requests.")
-        in_use.add_metric([], stats.total_blocks - stats.free_blocks)
-        yield in_use
-        total = GaugeMetricFamily("oga_kv_blocks_total", "KV cache blocks of the engine's pool.")
-        total.add_metric([], stats.total_blocks)
-        yield total
-        resident = GaugeMetricFamily("oga_engine_resident_requests",
-                                     "Requests the engine holds a batch row (and cache) for.")
-        resident.add_metric([], stats.resident_requests)
-        yield resident
-        waiting = GaugeMetricFamily("oga_engine_waiting_requests", "Requests the engine has not admitted yet.")
-        waiting.add_metric([], stats.waiting_requests)
-        yield waiting
-        preemptions = CounterMetricFamily("oga_preemptions", "Requests whose cache the engine released to make "
-                                                             "room (recomputed later).")
-        preemptions.add_metric([], stats.preemptions)
-        yield preemptions
-        steps = CounterMetricFamily("oga_engine_steps", "Engine steps run.")
-        steps.add_metric([], stats.steps)
-        yield steps
+        figures = (
+            (GaugeMetricFamily, "oga_kv_blocks_in_use", "KV cache blocks held by requests.",
+             stats.total_blocks - stats.free_blocks),
+            (GaugeMetricFamily, "oga_kv_blocks_total", "KV cache blocks of the engine's pool.", stats.total_blocks),
+            (GaugeMetricFamily, "oga_engine_resident_requests",
+             "Requests the engine holds a batch row (and cache) for.", stats.resident_requests),
+            (GaugeMetricFamily, "oga_engine_waiting_requests", "Requests the engine has not admitted yet.",
+             stats.waiting_requests),
+            (CounterMetricFamily, "oga_preemptions",
+             "Requests whose cache the engine released to make room (recomputed later).", stats.preemptions),
+            (CounterMetricFamily, "oga_engine_steps", "Engine steps run.", stats.steps),
+        )
+        for family_type, name, documentation, value in figures:
+            family = family_type(name, documentation)
+            family.add_metric([], value)
+            yield family
 
 
 class ServeMetrics:

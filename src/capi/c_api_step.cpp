@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "config/search_options.h"
 #include "capi/c_api_support.h"
 #include "engine/engine.h"
 #include "capi/handles.h"
@@ -60,10 +61,8 @@ OgaResult* OGA_API_CALL OgaCreateRequest(const OgaGeneratorParams* params, OgaRe
       throw ApiError("num_beams (" + std::to_string(params->search.num_beams) +
                      "): beam search is not supported by oga's engine; every request decodes one sequence.");
     }
-    if (params->search.max_length <= 0) {
-      throw ApiError("search max_length is " + std::to_string(params->search.max_length));
-    }
     // A step-API request is one sequence within the model's context, as a Generator row is.
+    oga::CheckedMaxLength(params->search, params->model->config().context_length);
     if (params->search.batch_size != 1) {
       throw ApiError("batch_size (" + std::to_string(params->search.batch_size) +
                      ") must be 1 for a step-API request: every request decodes one sequence.");
@@ -71,11 +70,6 @@ OgaResult* OGA_API_CALL OgaCreateRequest(const OgaGeneratorParams* params, OgaRe
     if (params->search.num_return_sequences != 1) {
       throw ApiError("num_return_sequences (" + std::to_string(params->search.num_return_sequences) +
                      ") must be in [1, 1]");
-    }
-    const int64_t context_length = params->model->config().context_length;
-    if (context_length > 0 && params->search.max_length > context_length) {
-      throw ApiError("max_length (" + std::to_string(params->search.max_length) +
-                     ") cannot be greater than model context_length (" + std::to_string(context_length) + ")");
     }
     if (!params->guidance_type.empty()) {
       throw ApiError("Guidance on a step-API request is not supported by oga; use TurnOptions.set_guidance with the "

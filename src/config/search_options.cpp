@@ -114,6 +114,15 @@ void SetSearchOption(SearchConfig& search, const std::string& name, double value
   }
 }
 
+size_t CheckedMaxLength(const SearchConfig& search, int64_t context_length) {
+  if (search.max_length <= 0) throw ApiError("search max_length is " + std::to_string(search.max_length));
+  if (context_length > 0 && search.max_length > context_length) {
+    throw ApiError("max_length (" + std::to_string(search.max_length) + ") cannot be greater than model context_length (" +
+                   std::to_string(context_length) + ")");
+  }
+  return static_cast<size_t>(search.max_length);
+}
+
 double GetSearchNumber(const SearchConfig& search, const std::string& name) {
   const Option* option = Find(name);
   if (option == nullptr || option->kind == Kind::kBool) throw ApiError(name + " is an invalid name for GetSearchNumber.");

@@ -2,6 +2,8 @@
 // getters): the names, kinds and error texts of onnxruntime-genai 0.18.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +21,11 @@ void SetSearchOption(SearchConfig& search, const std::string& name, double value
 double GetSearchNumber(const SearchConfig& search, const std::string& name);
 // Reads a bool option; throws ApiError "<name> is an invalid name for GetSearchBool." otherwise.
 bool GetSearchBool(const SearchConfig& search, const std::string& name);
+
+// search.max_length as a Generator (and a step-API request) takes it: throws ApiError "search
+// max_length is <n>" when it is not positive and 0.18's "max_length (<n>) cannot be greater than
+// model context_length (<c>)" above a known context (context_length > 0).
+size_t CheckedMaxLength(const SearchConfig& search, int64_t context_length);
 
 // Every option name with whether it is a bool, in the order 0.18's get_search_options lists them.
 const std::vector<std::pair<const char*, bool>>& SearchOptionNames();

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "base/errors.h"
+#include "config/search_options.h"
 #include "request/events.h"
 #include "generator/generator_host.h"
 #include "base/mix64.h"
@@ -36,16 +37,6 @@ std::string SamplingError(const SearchConfig& search, size_t vocab_size) {
   return std::string();
 }
 
-size_t ResolveMaxLength(const Model& model, const SearchConfig& search) {
-  const int64_t context_length = model.config().context_length;
-  if (search.max_length <= 0) throw ApiError("search max_length is " + std::to_string(search.max_length));
-  if (context_length > 0 && search.max_length > context_length) {
-    throw ApiError("max_length (" + std::to_string(search.max_length) + ") cannot be greater than model context_length (" +
-                   std::to_string(context_length) + ")");
-  }
-  return static_cast<size_t>(search.max_length);
-}
-
 size_t RowCount(const SearchConfig& search) {
   if (search.batch_size < 1 || search.batch_size > kMaxBatchSize) {
     throw ApiError("batch_size (" + std::to_string(search.batch_size) + ") must be in [1, " +
@@ -68,7 +59,7 @@ size_t RowCount(const SearchConfig& search) {
 Generator::Generator(std::shared_ptr<Model> model, const GeneratorSettings& settings)
     : model_(std::move(model)),
       settings_(settings),
-      max_length_(ResolveMaxLength(*model_, settings.search)),
+      max_length_(CheckedMaxLength(settings.search, model_->config().context_length)),
       vocab_size_(static_cast<size_t>(model_->config().vocab_size)),
       pad_token_id_(model_->config().pad_token_id),
       rows_(RowCount(settings.search)) {
