@@ -22,10 +22,15 @@ SMOLLM2_PROMPTS = ["The capital of France is", "def fibonacci(n):", "1, 2, 3, 4,
                    "Once upon a time, there was a"]
 
 
-def _compare_with_018(original, converted, prompts, max_new, continuation):
+def _compare_with_018(original, converted, prompts, max_new, continuation, near_tie=None):
     """oga on the converted directory against 0.18 on the original: each prompt's first turn, then a
     continuation turn on the same requests (oga keeps their caches). 0.18's static path cannot
-    continue a request, so its second turn is a new request whose prompt is the whole history."""
+    continue a request, so its second turn is a new request whose prompt is the whole history.
+
+    near_tie None: every token must be equal. Else (int8 activations, see INT8_ACTIVATION_NOISE) the
+    streams must be equal up to their first difference, where the token oga chose must be within
+    near_tie of the top logit of the original graph run on the history so far: past that point the two
+    histories differ and nothing more can be compared."""
     import onnxruntime_genai as og18
 
     first = greedy(og18, original, prompts, max_new)
@@ -38,9 +43,29 @@ def _compare_with_018(original, converted, prompts, max_new, continuation):
         options.set_max_generated_tokens(max_new)
         request.begin_turn(continuation, options)
     got_second = drain(og, engine, requests)
-    assert got_first == first
-    assert got_second == second
+    if near_tie is None:
+        assert got_first == first
+        assert got_second == second
+        return first, second
+    continued = 0
+    for prompt, want, have, want_next, have_next in zip(prompts, first, got_first, second, got_second):
+        if _equal_up_to_a_near_tie(original, prompt, want, have, near_tie):
+            continued += 1
+            _equal_up_to_a_near_tie(original, prompt + want + continuation, want_next, have_next, near_tie)
+    assert continued >= len(prompts) - 1, "too few first turns agree to compare the continuation"
     return first, second
+
+
+def _equal_up_to_a_near_tie(original, history, want, have, near_tie):
+    """True when `have` equals `want`; else asserts that they differ first where the original graph's
+    logit of oga's token is within near_tie of its top logit, and returns False."""
+    if have == want:
+        return True
+    k = next(i for i, (a, b) in enumerate(zip(want, have)) if a != b)
+    logits = _contiguous_logits(original, history + want[:k])
+    assert logits[have[k]] >= logits.max() - near_tie, (
+        f"token {k}: oga chose {have[k]} (logit {logits[have[k]]:.4f}), 0.18 {want[k]}, top logit {logits.max():.4f}")
+    return False
 
 
 def _converted(src, tmp_path, name, **kwargs):
@@ -56,7 +81,11 @@ def test_converted_tiny_llama_equals_018_on_the_original(request, tmp_path, fixt
                                                     "num_blocks": 8 * 512 // 16}
     assert config["model"]["decoder"]["state_groups"] == [{"kind": "paged_kv", "layer_ids": [0, 1]}]
     assert "attention_mask" not in config["model"]["decoder"]["inputs"]
-    first, second = _compare_with_018(src, dst, TINY_PROMPTS, 12, [11, 12, 13])
+    # The int4 build quantizes activations to int8, whose rounding differs between a decode step and a
+    # prefill of the same history (and between ONNX Runtime versions and CPUs): on an AVX2-only AMD
+    # EPYC one continuation differs at a top-2 margin of 0.027 (logits spread over 20).
+    near_tie = 0.1 if fixture == "tiny_llama_int4_static_dir" else None
+    first, second = _compare_with_018(src, dst, TINY_PROMPTS, 12, [11, 12, 13], near_tie)
     assert all(len(turn) == 12 for turn in first + second)   # no early EOS hiding a difference
 
 
