@@ -12,10 +12,13 @@ Two effects, measured apart:
   Goals (asserted there): the native executor keeps >= 0.8x of its rate alone, and at least 0.18's
   ratio (within 3%: both pay one GIL hand-over per step, and repeated runs on this shared machine
   differ by a few percent).
-- CPU oversubscription: with ONNX Runtime's default intra-op threads (one per core) the spinner takes
-  a core from the model's own thread pool, whose parallel loops then wait for a descheduled thread.
-  Reported, not asserted: no executor choice avoids it (0.18 runs its sessions with fewer threads:
-  slower alone, less exposed).
+- CPU oversubscription: with two intra-op threads on two cores the spinner takes a core from the
+  model's thread pool, whose parallel loops then wait for a descheduled thread. No executor avoids
+  it (a fair share of 2 cores among 3 busy threads leaves the model 0.67x at best), and 0.18 loses
+  the same: asserted is that the native executor keeps at least 0.18's ratio at the same thread count.
+  With the decoder's default threads the two engines do not run alike: 0.18 runs this decoder on
+  one thread (its process uses 1.00 CPU seconds per second alone), oga on ONNX Runtime's default of
+  one per core (1.9): the ratios are reported with the CPU each engine used alone, not compared.
 Also: the engine and executor overhead of a SmolLM2 step at batch 16 (step time minus the time inside
 ONNX Runtime's run; goal <= 0.1%)."""
 import json
@@ -62,7 +65,8 @@ def _with_intra_op_threads(model_dir, threads):
 
 def _refilled(og, model):
     """REQUESTS chats of PROMPT tokens + exactly NEW new tokens, CONCURRENT at a time (a finished one
-    is replaced at once); returns (tokens per second, {chat: tokens})."""
+    is replaced at once); returns (tokens per second, {chat: tokens}, CPU seconds of the process per
+    second)."""
     rng = np.random.default_rng(5)
     prompts = [rng.integers(3, 49152, size=PROMPT).astype(np.int32) for _ in range(REQUESTS)]
     engine = og.Engine(model)
@@ -80,7 +84,7 @@ def _refilled(og, model):
         tokens[started] = []
         started += 1
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(CONCURRENT):
         begin()
     while engine.has_pending_requests():
@@ -96,7 +100,7 @@ def _refilled(og, model):
                     begin()
     seconds = time.perf_counter() - start
     assert sum(len(t) for t in tokens.values()) == REQUESTS * NEW
-    return REQUESTS * NEW / seconds, tokens
+    return REQUESTS * NEW / seconds, tokens, (time.process_time() - cpu_start) / seconds
 
 
 def _spin(stop):
@@ -107,20 +111,20 @@ def _spin(stop):
 
 def _alone_and_busy(og, model):
     _refilled(og, model)  # warm ONNX Runtime's kernels and the page cache
-    alone, tokens = _refilled(og, model)
+    alone, tokens, cpu = _refilled(og, model)
     stop = threading.Event()
     spinner = threading.Thread(target=_spin, args=(stop,), daemon=True)
     spinner.start()
     try:
-        busy, busy_tokens = _refilled(og, model)
+        busy, busy_tokens, _ = _refilled(og, model)
     finally:
         stop.set()
         spinner.join()
     assert busy_tokens == tokens
-    return alone, busy, tokens
+    return alone, busy, cpu, tokens
 
 
-@pytest.mark.parametrize("threads", [1, None], ids=["ort-1-thread", "ort-default-threads"])
+@pytest.mark.parametrize("threads", [1, 2, None], ids=["ort-1-thread", "ort-2-threads", "ort-default-threads"])
 def test_smollm2_with_a_busy_python_thread(benchmark, monkeypatch, threads):
     import onnxruntime_genai as og18
 
@@ -133,23 +137,28 @@ def test_smollm2_with_a_busy_python_thread(benchmark, monkeypatch, threads):
         model = og.Model(model_dir)
         if executor:
             assert native_executor.selections[os.path.join(model_dir, "model.onnx")].executor == executor
-        alone, busy, tokens = _alone_and_busy(og, model)
-        results[name] = (alone, busy)
+        alone, busy, cpu, tokens = _alone_and_busy(og, model)
+        results[name] = (alone, busy, cpu)
         outputs[name] = tokens
         del model
     assert outputs["oga native"] == outputs["oga python executor"] == outputs["onnxruntime-genai 0.18"]
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)
     print(f"\nSmolLM2 standard fp32, {REQUESTS} chats ({CONCURRENT} at a time, {PROMPT} + {NEW} tokens), intra-op "
-          f"threads {threads or 'default'}, {os.cpu_count()} CPUs -- tokens/s alone / beside a busy Python thread:")
-    for name, (alone, busy) in results.items():
+          f"threads {threads or 'default'}, {os.cpu_count()} CPUs -- tokens/s alone / beside a busy Python thread "
+          "(CPU seconds per second alone):")
+    for name, (alone, busy, cpu) in results.items():
         benchmark.extra_info[f"{name} alone tok/s"] = alone
         benchmark.extra_info[f"{name} busy tok/s"] = busy
-        print(f"  {name:24s}: {alone:7.1f} / {busy:7.1f}  ({busy / alone:.2f}x)")
+        benchmark.extra_info[f"{name} alone cpu/s"] = cpu
+        print(f"  {name:24s}: {alone:7.1f} / {busy:7.1f}  ({busy / alone:.2f}x)  ({cpu:.2f} CPU)")
     native = results["oga native"][1] / results["oga native"][0]
     reference = results["onnxruntime-genai 0.18"][1] / results["onnxruntime-genai 0.18"][0]
+    if threads is not None:
+        # the same threads on both: both pay one GIL hand-over per step and the same oversubscription,
+        # and repeated runs on this shared machine differ by a few percent
+        assert native >= 0.97 * reference, f"the native executor keeps {native:.2f}x, 0.18 {reference:.2f}x"
     if threads == 1:
         assert native >= 0.8, f"the native executor keeps {native:.2f}x of its rate beside a busy thread"
-        assert native >= 0.97 * reference, f"the native executor keeps {native:.2f}x, 0.18 {reference:.2f}x"
 
 
 def test_engine_and_executor_overhead_of_a_smollm2_step_at_batch_16(benchmark, monkeypatch):
