@@ -11,7 +11,7 @@ import onnx
 import pytest
 
 import oga as og
-from greedy_runs import begin_all, drain, greedy
+from greedy_runs import INT8_ACTIVATION_NOISE, begin_all, drain, equal_up_to_a_near_tie, greedy
 from oga.models import ConversionError, convert
 from static_models import (smollm2_int4_static_dir, smollm2_static_dir, tiny_llama_int4_static_dir,  # noqa: F401
                            tiny_llama_static_dir)
@@ -27,10 +27,9 @@ def _compare_with_018(original, converted, prompts, max_new, continuation, near_
     continuation turn on the same requests (oga keeps their caches). 0.18's static path cannot
     continue a request, so its second turn is a new request whose prompt is the whole history.
 
-    near_tie None: every token must be equal. Else (int8 activations, see INT8_ACTIVATION_NOISE) the
-    streams must be equal up to their first difference, where the token oga chose must be within
-    near_tie of the top logit of the original graph run on the history so far: past that point the two
-    histories differ and nothing more can be compared."""
+    near_tie None: every token must be equal. Else (int8 activations) the streams must be equal up to
+    their first difference, where both choices must be within near_tie of the top logit of the original
+    graph run on the history so far (greedy_runs.equal_up_to_a_near_tie)."""
     import onnxruntime_genai as og18
 
     first = greedy(og18, original, prompts, max_new)
@@ -49,23 +48,13 @@ def _compare_with_018(original, converted, prompts, max_new, continuation, near_
         return first, second
     continued = 0
     for prompt, want, have, want_next, have_next in zip(prompts, first, got_first, second, got_second):
-        if _equal_up_to_a_near_tie(original, prompt, want, have, near_tie):
+        if equal_up_to_a_near_tie(want, have, lambda done: _contiguous_logits(original, prompt + done), near_tie):
             continued += 1
-            _equal_up_to_a_near_tie(original, prompt + want + continuation, want_next, have_next, near_tie)
+            history = prompt + want + continuation
+            equal_up_to_a_near_tie(want_next, have_next, lambda done: _contiguous_logits(original, history + done),
+                                   near_tie)
     assert continued >= len(prompts) - 1, "too few first turns agree to compare the continuation"
     return first, second
-
-
-def _equal_up_to_a_near_tie(original, history, want, have, near_tie):
-    """True when `have` equals `want`; else asserts that they differ first where the original graph's
-    logit of oga's token is within near_tie of its top logit, and returns False."""
-    if have == want:
-        return True
-    k = next(i for i, (a, b) in enumerate(zip(want, have)) if a != b)
-    logits = _contiguous_logits(original, history + want[:k])
-    assert logits[have[k]] >= logits.max() - near_tie, (
-        f"token {k}: oga chose {have[k]} (logit {logits[have[k]]:.4f}), 0.18 {want[k]}, top logit {logits.max():.4f}")
-    return False
 
 
 def _converted(src, tmp_path, name, **kwargs):
@@ -148,13 +137,6 @@ def _paged_logits(model_dir, prompt):
     for i in range(decoder["num_hidden_layers"]):
         feeds[f"past_key_values.{i}.key"] = feeds[f"past_key_values.{i}.value"] = cache
     return session.run(["logits"], feeds)[0][0]
-
-
-# MatMulNBits at accuracy_level 4 quantizes every activation block to int8: a 1e-6 difference in an
-# attention output (a float32 summation order) can move a code by one step, and after 30 layers
-# SmolLM2's logits move by up to ~1 (measured: 0.74-0.82 on three prompts, while each engine's
-# int8 rounding moves them 0.8-3.3 from the same weights run with float activations).
-INT8_ACTIVATION_NOISE = 1.5
 
 
 def test_converted_smollm2_equals_018_on_the_original(smollm2_static_dir, smollm2_int4_static_dir, tmp_path):

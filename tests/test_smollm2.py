@@ -5,7 +5,7 @@ import pytest
 from tokenizers import Tokenizer
 
 import oga as og
-from greedy_runs import greedy
+from greedy_runs import INT8_ACTIVATION_NOISE, equal_up_to_a_near_tie, greedy
 from oga import testing
 from static_models import smollm2_static_dir  # noqa: F401  (fixture)
 
@@ -80,34 +80,20 @@ def test_sixteen_prompts_in_flight_equal_each_alone(request, build, tokenizer):
         # turn that into logit moves of up to ~1. A stream may differ from its solo run only where the
         # solo run's choice was within that noise of the batched one's.
         for tokens, solo, batched in zip(token_lists, alone, together):
-            _equal_up_to_a_near_tie(model, tokens, solo, batched, INT8_ACTIVATION_NOISE)
+            equal_up_to_a_near_tie(solo, batched, lambda done: _generator_logits(model, tokens + done),
+                                   INT8_ACTIVATION_NOISE)
         assert sum(solo == batched for solo, batched in zip(alone, together)) >= len(alone) // 2
     # All 16 were resident together: the batch really was continuous, not sequential.
     assert testing.engine_counters(engine)["committed_steps"] < sum(len(t) for t in alone)
 
 
-# Logit moves int8 activations cause in SmolLM2 between two computations of the same history (see
-# tests/test_convert.py, where 0.74-0.82 was measured).
-INT8_ACTIVATION_NOISE = 1.5
-
-
-def _equal_up_to_a_near_tie(model, prompt, solo, batched, noise):
-    """`batched` equals `solo`, or differs first where both choices are within `noise` of the top logit
-    of the model on the solo history so far."""
-    if batched == solo:
-        return
-    k = next((i for i, (a, b) in enumerate(zip(solo, batched)) if a != b), min(len(solo), len(batched)))
-    assert k < min(len(solo), len(batched)), f"one stream ends early: {solo} vs {batched}"
+def _generator_logits(model, history):
+    """The model's last logits after prefilling `history` (og.Generator)."""
     params = og.GeneratorParams(model)
-    params.set_search_options(max_length=len(prompt) + k + 1)
+    params.set_search_options(max_length=len(history) + 1)
     generator = og.Generator(model, params)
-    generator.append_tokens(np.asarray([list(prompt) + solo[:k]], dtype=np.int32))
-    logits = np.asarray(generator.get_logits()).reshape(-1)
-    # The Generator prefills the whole history: a third computation of it, as noisy as the other two.
-    top = logits.max()
-    assert logits[solo[k]] >= top - noise and logits[batched[k]] >= top - noise, (
-        f"token {k}: batched {batched[k]} (logit {logits[batched[k]]:.3f}), alone {solo[k]} "
-        f"({logits[solo[k]]:.3f}), top {top:.3f}")
+    generator.append_tokens(np.asarray([history], dtype=np.int32))
+    return np.asarray(generator.get_logits()).reshape(-1)
 
 
 def test_engine_token_table_reproduces_the_tokenizers_decode(smollm2_int4_dir, tokenizer):
