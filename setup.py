@@ -87,8 +87,9 @@ core = Extension(
 ortops = Extension(
     "oga._ortops",
     sources=_rel("ortops/*.cpp"),
-    include_dirs=["ortops"],
-    depends=_rel("ortops/*.h"),
+    # src/ for the header-only block maxima loop the LM head shares with greedy selection
+    include_dirs=["ortops", "src"],
+    depends=_rel("ortops/*.h") + ["src/sampling/block_max.h"],
     language="c++",
     extra_compile_args=compile_args,
 )

@@ -23,15 +23,30 @@ def bench_cache_root():
     return os.environ.get("OGA_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "oga", "bench"))
 
 
+def _builder_digest():
+    """A digest of oga's model builder (oga/models/*.py), so a cached build never outlives the code
+    that made it (a graph change would otherwise go unmeasured)."""
+    import glob
+    import hashlib
+
+    import oga.models
+
+    digest = hashlib.sha256()
+    for path in sorted(glob.glob(os.path.join(os.path.dirname(oga.models.__file__), "*.py"))):
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:12]
+
+
 def cached_model_dir(name, build_kwargs):
-    """Builds a model directory once per machine (under $OGA_CACHE_DIR or ~/.cache/oga/bench). The
-    standard-op graph unless build_kwargs says otherwise: most benchmarks run onnxruntime-genai 0.18
-    on the same directory, and 0.18 cannot load oga's fused graph."""
+    """Builds a model directory once per machine and builder version (under $OGA_CACHE_DIR or
+    ~/.cache/oga/bench). The standard-op graph unless build_kwargs says otherwise: most benchmarks
+    run onnxruntime-genai 0.18 on the same directory, and 0.18 cannot load oga's fused graph."""
     from oga.models import build
 
     build_kwargs = {"graph": "standard", **build_kwargs}
 
-    out = os.path.join(bench_cache_root(), name)
+    out = os.path.join(bench_cache_root(), f"{name}-{_builder_digest()}")
     if not os.path.isfile(os.path.join(out, "genai_config.json")):
         build(output_dir=out, **build_kwargs)
     return out

@@ -100,6 +100,7 @@ void Configure(Model* model, const OgaNativeDecoderSpec& spec) {
     model->block_table_windowed = Text(spec.block_table_windowed);
     model->attention_metadata = Text(spec.attention_metadata);
     model->logits_indices = Text(spec.logits_indices);
+    model->logits_block_maxima = Text(spec.logits_block_maxima);
   }
   if (spec.num_layers == 0) throw std::runtime_error("the decoder spec has no cache layers");
   for (size_t i = 0; i < spec.num_layers; ++i)

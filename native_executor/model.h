@@ -51,6 +51,7 @@ struct Model {
   bool is_static = false;
   std::string input_ids, position_ids, cumulative, past, block_table, block_table_windowed, attention_metadata,
       logits_indices, attention_mask, logits;
+  std::string logits_block_maxima;  // "" when the graph has none
   std::vector<Layer> layers;
   int cache_type = 0;
   size_t block_size = 0, kv_heads = 0, head_size = 0;

@@ -112,6 +112,9 @@ typedef struct OgaNativeDecoderSpec {
   int32_t per_token_logits;       /* 1: one logits row per packed token, else one per row */
   size_t num_fixed_states;        /* in model.decoder.state_groups order; 0 = none */
   const OgaNativeFixedState* fixed_states;
+  /* paged, float logits: output [rows, ceil(vocab / 1024)] float, the logits' block maxima
+   * (OgaExtStepOutputs.logits_block_maxima); NULL: the graph has none */
+  const char* logits_block_maxima;
 } OgaNativeDecoderSpec;
 
 /* sizeof of the spec structs, so the ctypes mirrors can check their layout. */

@@ -17,12 +17,17 @@ namespace {
 
 // The step inputs and the logits output, each bound where the engine (or the executor) keeps it.
 enum Slot { kInputIds, kPositionIds, kCumulative, kPast, kBlockTable, kBlockTableWindowed, kMetadata, kLogitsIndices,
-            kLogits, kSlots };
+            kLogits, kBlockMaxima, kSlots };
+
+// OgaExtStepOutputs.logits_block_maxima's block (OGA_EXT_LOGITS_BLOCK).
+constexpr size_t kLogitsBlock = OGA_EXT_LOGITS_BLOCK;
 
 struct PagedEngine : Engine {
   std::vector<void*> caches;
   void* logits = nullptr;
   size_t logits_rows = 0;
+  float* block_maxima = nullptr;  // [logits_rows, maxima_stride] when the graph has the output
+  size_t maxima_stride = 0;
   BoundSlot slots[kSlots];
   std::vector<BoundSlot> fixed_slots;  // (input, output, capture) per fixed tensor
 
@@ -30,6 +35,7 @@ struct PagedEngine : Engine {
   ~PagedEngine() override {
     for (void* cache : caches) std::free(cache);
     std::free(logits);
+    std::free(block_maxima);
   }
 };
 
@@ -166,6 +172,17 @@ Engine* OpenPagedEngine(Model* model, const OgaExtEngineGeometry& geometry, OgaE
     *message = "cannot allocate the logits buffer";
     return nullptr;
   }
+  if (!model->logits_block_maxima.empty()) {
+    engine->maxima_stride = (model->vocab + kLogitsBlock - 1) / kLogitsBlock;
+    engine->block_maxima =
+        static_cast<float*>(AllocateZeroed(engine->logits_rows * engine->maxima_stride * sizeof(float)));
+    if (engine->block_maxima == nullptr) {
+      delete engine;
+      *status = OgaExtExecutionStatus_CapacityExceeded;
+      *message = "cannot allocate the logits block maxima buffer";
+      return nullptr;
+    }
+  }
   *status = OgaExtExecutionStatus_Ok;
   return engine;
 }
@@ -216,12 +233,19 @@ OgaExtExecutionStatus ExecutePaged(Engine* base, const OgaExtStepInputs* in, Oga
   shape[0] = static_cast<int64_t>(logits_rows);
   shape[1] = static_cast<int64_t>(model.vocab);
   binding.Bind(&slots[kLogits], model.logits, model.logits_type, engine->logits, shape, 2, true);
+  if (engine->block_maxima != nullptr) {
+    shape[1] = static_cast<int64_t>(engine->maxima_stride);
+    binding.Bind(&slots[kBlockMaxima], model.logits_block_maxima, ortapi::kFloat, engine->block_maxima, shape, 2,
+                 true);
+  }
   if (OrtStatus* status = binding.Run()) return RunFailure(model.api, status, message);
   out->logits = engine->logits;
   out->logits_type = model.logits_type == ortapi::kFloat16 ? OgaExtLogitsType_Float16 : OgaExtLogitsType_Float32;
   out->logits_rows = logits_rows;
   out->logits_row_stride = model.vocab;
   out->logits_on_device = 0;
+  out->logits_block_maxima = engine->block_maxima;
+  out->logits_block_maxima_stride = engine->maxima_stride;
   return OgaExtExecutionStatus_Ok;
 }
 

@@ -299,6 +299,8 @@ cdef extern from "oga/oga_ext.h" nogil:
         size_t logits_rows
         size_t logits_row_stride
         int32_t logits_on_device
+        const float* logits_block_maxima
+        size_t logits_block_maxima_stride
 
     ctypedef struct OgaExtDeviceSampling:
         size_t num_rows

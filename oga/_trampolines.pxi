@@ -246,6 +246,8 @@ cdef OgaExtExecutionStatus _onnx_execute(void* engine_data, const OgaExtStepInpu
             outputs.logits_rows = rows
             outputs.logits_row_stride = executor.vocab
             outputs.logits_on_device = 1 if executor.logits_on_device else 0
+            outputs.logits_block_maxima = <const float*><size_t>executor.block_maxima_address
+            outputs.logits_block_maxima_stride = executor.block_maxima_stride
         except BaseException as error:
             return _callback_failure(error, message, capacity, OgaExtExecutionStatus_Fatal)
         return OgaExtExecutionStatus_Ok

@@ -127,6 +127,16 @@ Tensor Describe(const OrtApi* api, OrtValue* value) {
 
 }  // namespace
 
+Tensor KernelInfo::ConstantInput(size_t index) const {
+  int is_constant = 0;
+  const OrtValue* value = nullptr;
+  CheckStatus(api_, Entry<OrtStatus* (*)(const OrtKernelInfo*, size_t, int*, const OrtValue**)>(
+                        api_, kKernelInfoGetConstantInput)(info_, index, &is_constant, &value),
+              "KernelInfoGetConstantInput_tensor");
+  if (!is_constant || value == nullptr) return Tensor{};
+  return Describe(api_, const_cast<OrtValue*>(value));
+}
+
 KernelCall::KernelCall(const OrtApi* api, OrtKernelContext* context) : api_(api), context_(context) {
   CheckStatus(api_, Entry<OrtStatus* (*)(const OrtKernelContext*, size_t*)>(api_, kKernelContextGetInputCount)(
                         context_, &input_count_),
@@ -150,6 +160,19 @@ Tensor KernelCall::Output(size_t index, const Shape& shape) {
               "KernelContext_GetOutput");
   if (value == nullptr) throw OpError("output " + std::to_string(index) + " is not available", kFail);
   return Describe(api_, value);
+}
+
+Tensor KernelCall::OptionalOutput(size_t index, const Shape& shape) {
+  size_t count = 0;
+  CheckStatus(api_, Entry<OrtStatus* (*)(const OrtKernelContext*, size_t*)>(api_, kKernelContextGetOutputCount)(
+                        context_, &count),
+              "KernelContext_GetOutputCount");
+  if (index >= count) return Tensor{};
+  OrtValue* value = nullptr;
+  CheckStatus(api_, Entry<OrtStatus* (*)(OrtKernelContext*, size_t, const int64_t*, size_t, OrtValue**)>(
+                        api_, kKernelContextGetOutput)(context_, index, shape.data(), shape.size(), &value),
+              "KernelContext_GetOutput");
+  return value == nullptr ? Tensor{} : Describe(api_, value);
 }
 
 void KernelCall::RunParallel(size_t count, void (*body)(void*, size_t), void* state) {

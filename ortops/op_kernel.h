@@ -114,6 +114,9 @@ class KernelInfo {
   int64_t Int(const char* name, int64_t fallback) const;
   float Float(const char* name, float fallback) const;
   std::string NodeName() const;
+  // Input `index` when the graph holds it as a constant initializer (its data lives as long as the
+  // session); !present() otherwise.
+  Tensor ConstantInput(size_t index) const;
 
  private:
   bool TryInt(const char* name, int64_t* out) const;
@@ -129,6 +132,8 @@ class KernelCall {
   Tensor Input(size_t index) const;
   // Output `index` with `shape` (a bound output must have exactly this shape).
   Tensor Output(size_t index, const Shape& shape);
+  // The same for an optional output: !present() when the node leaves it out.
+  Tensor OptionalOutput(size_t index, const Shape& shape);
   // fn(i) for every i in [0, count), on ONNX Runtime's intra-op threads (the caller's thread takes
   // part); returns when all are done. The first exception any of them throws is rethrown here.
   template <typename Fn>

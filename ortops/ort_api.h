@@ -113,6 +113,7 @@ enum Slot : size_t {
   kKernelInfoGetAttributeFloat = 85,   // OrtStatus* (const OrtKernelInfo*, const char*, float* out)
   kKernelInfoGetAttributeInt64 = 86,   // OrtStatus* (const OrtKernelInfo*, const char*, int64_t* out)
   kKernelContextGetInputCount = 88,    // OrtStatus* (const OrtKernelContext*, size_t* out)
+  kKernelContextGetOutputCount = 89,   // OrtStatus* (const OrtKernelContext*, size_t* out)
   kKernelContextGetInput = 90,         // OrtStatus* (const OrtKernelContext*, size_t, const OrtValue** out)
   kKernelContextGetOutput = 91,        // OrtStatus* (OrtKernelContext*, size_t, const int64_t* dims,
                                        //             size_t dim_count, OrtValue** out)
@@ -120,6 +121,8 @@ enum Slot : size_t {
   kReleaseTensorTypeAndShapeInfo = 99, // void (OrtTensorTypeAndShapeInfo*)
   kReleaseCustomOpDomain = 101,        // void (OrtCustomOpDomain*)
   kKernelInfoGetNodeName = 244,        // OrtStatus* (const OrtKernelInfo*, char* out, size_t* size)
+  kKernelInfoGetConstantInput = 249,   // OrtStatus* (const OrtKernelInfo*, size_t, int* is_constant,
+                                       //             const OrtValue** out)  (KernelInfoGetConstantInput_tensor)
   kKernelContextParallelFor = 274,     // OrtStatus* (const OrtKernelContext*, void (*fn)(void*, size_t),
                                        //             size_t total, size_t num_batch, void* user_data)
 };

@@ -7,6 +7,7 @@
 #include "op_kernel.h"
 #include "attention_math.h"
 #include "library_state.h"
+#include "logits_head.h"
 #include "paged_attention.h"
 #include "skip_rms_norm.h"
 #include "swiglu.h"
@@ -25,7 +26,8 @@ OrtStatus* Register(const OrtApi* api, OrtSessionOptions* options) {
   const OrtCustomOp* ops[] = {ortops::OpDescriptor<ortops::PagedGroupQueryAttentionFloatCache>::Get(),
                              ortops::OpDescriptor<ortops::PagedGroupQueryAttentionHalfCache>::Get(),
                              ortops::OpDescriptor<ortops::SkipRMSNorm>::Get(),
-                             ortops::OpDescriptor<ortops::SwiGlu>::Get()};
+                             ortops::OpDescriptor<ortops::SwiGlu>::Get(),
+                             ortops::OpDescriptor<ortops::LogitsHead>::Get()};
   for (const OrtCustomOp* op : ops) {
     if (OrtStatus* status =
             Entry<OrtStatus* (*)(OrtCustomOpDomain*, const OrtCustomOp*)>(api, kCustomOpDomainAdd)(domain, op)) {
@@ -66,3 +68,5 @@ OGA_ORTOPS_EXPORT const char* OgaOrtOpsMath() { return ortops::SelectMath(8).nam
 OGA_ORTOPS_EXPORT void OgaOrtOpsSetPortable(int forced) { ortops::SetPortableForced(forced != 0); }
 // Attention calls so far that copied a whole KV cache because present was not bound to past.
 OGA_ORTOPS_EXPORT uint64_t OgaOrtOpsCacheCopies() { return ortops::CacheCopies(); }
+// The LM head's loops in use now: "avx2" or "portable".
+OGA_ORTOPS_EXPORT const char* OgaOrtOpsLogitsHeadMath() { return ortops::SelectLogitsHeadMath().name; }

@@ -39,7 +39,8 @@ class StepInputs(Structure):
 
 class StepOutputs(Structure):
     _fields_ = [("logits", c_void_p), ("logits_type", c_uint32), ("logits_rows", c_size_t),
-                ("logits_row_stride", c_size_t), ("logits_on_device", c_int32)]
+                ("logits_row_stride", c_size_t), ("logits_on_device", c_int32),
+                ("logits_block_maxima", c_void_p), ("logits_block_maxima_stride", c_size_t)]
 
 
 OPEN = ctypes.CFUNCTYPE(c_uint32, c_void_p, POINTER(Geometry), POINTER(c_void_p), c_void_p, c_size_t)

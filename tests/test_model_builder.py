@@ -184,10 +184,17 @@ def test_fused_present_outputs_come_straight_out_of_the_attention_operator_on_th
         for kind in ("key", "value"):
             assert [n for n in model.graph.node if f"past_key_values.{i}.{kind}" in n.input] == [node]
     onnx.checker.check_model(model, full_check=True)
-    # the same graph inputs and outputs as the standard graph: one contract
+    # the same graph inputs and outputs as the standard graph: one contract, plus the fused LM head's
+    # block maxima (oga.LogitsHead), an output the standard graph's Gemm has no equivalent of
     standard = build_cpu_graph(SPEC, random_model(SPEC).weights, block_size=BLOCK)
-    signature = (lambda m: [(v.name, str(v.type)) for v in list(m.graph.input) + list(m.graph.output)])
+    signature = (lambda m: [(v.name, str(v.type)) for v in list(m.graph.input) + list(m.graph.output)
+                            if v.name != "logits_block_maxima"])
     assert signature(model) == signature(standard)
+    maxima = next(v for v in model.graph.output if v.name == "logits_block_maxima")
+    assert [d.dim_param or d.dim_value for d in maxima.type.tensor_type.shape.dim] == [
+        "batch_size", -(-SPEC.vocab_size // 1024)]
+    assert producers["logits_block_maxima"] is producers["logits"]
+    assert (producers["logits"].op_type, producers["logits"].domain) == ("LogitsHead", "oga")
     assert len(model.graph.node) < len(standard.graph.node) / 4
 
 

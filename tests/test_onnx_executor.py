@@ -1,4 +1,5 @@
 """The ONNX Runtime executor: real paged decoders built by oga.models, run through og.Engine."""
+import dataclasses
 import json
 import os
 import statistics
@@ -65,6 +66,47 @@ def test_concurrent_requests_match_the_numpy_reference(model_dir, reference_mode
     for prompt, request in zip(PROMPTS, requests):
         expected = [t for t in greedy(reference_model, prompt, 12) if t not in SPEC.eos_token_ids]
         assert tokens.get(request, []) == expected
+
+
+WIDE_SPEC = dataclasses.replace(SPEC, vocab_size=3000)  # three blocks of 1024 logits, the last partial
+
+
+def _block_maxima(logits):
+    rows, vocab = logits.shape
+    padded = np.full((rows, -(-vocab // 1024) * 1024), -np.inf, np.float32)
+    padded[:, :vocab] = np.where(np.isnan(logits), -np.inf, logits)
+    return padded.reshape(rows, -1, 1024).max(axis=2)
+
+
+def test_the_lm_heads_block_maxima_reach_the_engine_and_change_no_token(tmp_path, monkeypatch):
+    """oga's fused fp32 graph ends in oga.LogitsHead, whose logits_block_maxima output the executor
+    binds beside the logits and hands to the engine's greedy selection: after a step the buffer holds
+    each row's block maxima, and the greedy streams equal those of the same model with the maxima
+    left unbound (the engine then reads whole rows) and the numpy reference's."""
+    monkeypatch.setenv("OGA_EXECUTOR", "python")
+    directory = str(tmp_path / "wide-vocab")
+    build(None, directory, block_size=16, max_batch_size=8, max_scheduled_tokens=64, seed=3, random_spec=WIDE_SPEC)
+    engine = og.Engine(og.Model(directory))
+    executor = next(e for e in executors.OnnxEngineExecutor.live if e.decoder.path.startswith(directory))
+    assert executor.decoder.block_maxima == "logits_block_maxima" and executor.block_maxima.shape == (8, 3)
+    requests = _submit(engine, PROMPTS[:3], 8)
+    buffer = engine.create_event_buffer(16)
+    engine.run(buffer)  # the three prefills, one logits row each
+    np.testing.assert_array_equal(executor.block_maxima[:3], _block_maxima(executor.logits[:3]))
+    first = {event.request: event.token for event in buffer}
+    tokens, _ = _drive(engine, buffer)
+    with_maxima = [[first[r]] + tokens.get(r, []) for r in requests]
+    reference = random_model(WIDE_SPEC, seed=3)
+    assert with_maxima == [[t for t in greedy(reference, p, 8) if t not in SPEC.eos_token_ids] for p in PROMPTS[:3]]
+
+    def unbound(self, rows):
+        self.block_maxima = None
+
+    monkeypatch.setattr(executors.OnnxEngineExecutor, "_new_block_maxima", unbound)
+    engine = og.Engine(og.Model(directory))
+    requests = _submit(engine, PROMPTS[:3], 8)
+    tokens, _ = _drive(engine, engine.create_event_buffer(16))
+    assert [tokens.get(r, []) for r in requests] == with_maxima
 
 
 def test_each_request_alone_equals_the_batch(model_dir):

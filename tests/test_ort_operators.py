@@ -338,3 +338,92 @@ def test_norm_and_activation_errors():
     session = _session([node], [_value("gu", TensorProto.FLOAT, [2, "W"])], [_value("y", TensorProto.FLOAT, [2, "H"])])
     with pytest.raises(Exception, match=r"oga\.SwiGlu node 'act': gate_up \[2, 7\] must have an even number"):
         session.run(None, {"gu": np.zeros((2, 7), np.float32)})
+
+
+# ------------------------------------------------------------------------------------------------
+# LogitsHead
+
+def _logits_head_session(vocab, hidden, weight, maxima=True, name="head"):
+    outputs = ["logits", "maxima"] if maxima else ["logits"]
+    node = helper.make_node("LogitsHead", ["x", "weight"], outputs, name=name, domain="oga")
+    declared = [_value("logits", TensorProto.FLOAT, ["R", vocab])]
+    if maxima:
+        declared.append(_value("maxima", TensorProto.FLOAT, ["R", -(-vocab // 1024)]))
+    return _session([node], [_value("x", TensorProto.FLOAT, ["R", "H"])], declared,
+                    [helper.make_tensor("weight", TensorProto.FLOAT, weight.shape, weight.ravel())])
+
+
+def _block_maxima(logits):
+    rows, vocab = logits.shape
+    padded = np.full((rows, -(-vocab // 1024) * 1024), -np.inf, np.float32)
+    padded[:, :vocab] = np.where(np.isnan(logits), -np.inf, logits)
+    return padded.reshape(rows, -1, 1024).max(axis=2)
+
+
+# rows (tiles of 6, and the 1-3 row groups), vocab (a partial panel of 16, a partial block of 1024),
+# hidden (odd, SmolLM2's 576)
+@pytest.mark.parametrize("rows, vocab, hidden", [(1, 97, 64), (2, 2050, 40), (3, 4099, 33), (5, 1024, 8),
+                                                 (16, 3000, 576), (13, 49, 17)])
+def test_logits_head_matches_the_reference(math, rows, vocab, hidden):
+    rng = np.random.default_rng(rows * vocab + hidden)
+    weight = rng.standard_normal((vocab, hidden)).astype(np.float32)
+    x = rng.standard_normal((rows, hidden)).astype(np.float32)
+    logits, maxima = _logits_head_session(vocab, hidden, weight).run(None, {"x": x})
+    expected = x.astype(np.float64) @ weight.T.astype(np.float64)
+    assert logits.shape == (rows, vocab) and maxima.shape == (rows, -(-vocab // 1024))
+    # float32 rounding of `hidden` products: a few ulps of the largest product per term
+    assert np.abs(logits - expected).max() < 1e-6 * hidden * np.abs(x).max() * np.abs(weight).max()
+    np.testing.assert_array_equal(maxima, _block_maxima(logits))
+
+
+def test_logits_head_rows_do_not_depend_on_the_batch(math):
+    """Each logit is one fixed-order sum: a row gives the same bits alone, in a tile of 6, in a
+    partial tile and in the 1-3 row groups (the engine's streams must not change with the batch)."""
+    rng = np.random.default_rng(21)
+    weight = rng.standard_normal((2100, 576)).astype(np.float32)
+    x = rng.standard_normal((16, 576)).astype(np.float32)
+    session = _logits_head_session(2100, 576, weight)
+    together, maxima = session.run(None, {"x": x})
+    for count in (1, 2, 3, 7):
+        part, part_maxima = session.run(None, {"x": x[:count]})
+        np.testing.assert_array_equal(part, together[:count])
+        np.testing.assert_array_equal(part_maxima, maxima[:count])
+    for r in (0, 6, 15):
+        np.testing.assert_array_equal(session.run(None, {"x": x[r:r + 1]})[0], together[r:r + 1])
+
+
+def test_logits_head_block_maxima_ignore_nan_and_keep_infinities(math):
+    rng = np.random.default_rng(22)
+    weight = rng.standard_normal((1500, 16)).astype(np.float32)
+    weight[1200] = 0.0
+    weight[1200, 0] = 1.0
+    x = rng.standard_normal((3, 16)).astype(np.float32)
+    x[0, 3] = np.nan   # every logit of row 0 is NaN: no block maximum above -inf
+    x[1, 0] = np.inf   # row 1's logit 1200 is +inf (and others +-inf or NaN)
+    logits, maxima = _logits_head_session(1500, 16, weight).run(None, {"x": x})
+    assert np.isnan(logits[0]).all()
+    assert (maxima[0] == -np.inf).all()
+    assert maxima[1, 1] == np.inf and logits[1, 1200] == np.inf
+    np.testing.assert_array_equal(maxima, _block_maxima(logits))
+
+
+def test_logits_head_without_the_maxima_output(math):
+    rng = np.random.default_rng(23)
+    weight = rng.standard_normal((300, 24)).astype(np.float32)
+    x = rng.standard_normal((4, 24)).astype(np.float32)
+    (logits,) = _logits_head_session(300, 24, weight, maxima=False).run(None, {"x": x})
+    with_maxima, _ = _logits_head_session(300, 24, weight).run(None, {"x": x})
+    np.testing.assert_array_equal(logits, with_maxima)
+
+
+def test_logits_head_errors():
+    weight = np.zeros((40, 8), np.float32)
+    session = _logits_head_session(40, 8, weight, name="lm")
+    with pytest.raises(Exception, match=r"oga\.LogitsHead node 'lm': x \[2, 7\] must have 8 columns"):
+        session.run(None, {"x": np.zeros((2, 7), np.float32)})
+    assert session.run(None, {"x": np.zeros((0, 8), np.float32)})[0].shape == (0, 40)
+    # a weight fed at run time cannot be packed when the session is created
+    node = helper.make_node("LogitsHead", ["x", "weight"], ["logits"], name="lm", domain="oga")
+    with pytest.raises(Exception, match=r"oga\.LogitsHead node 'lm': weight must be a constant initializer"):
+        _session([node], [_value("x", TensorProto.FLOAT, ["R", 8]), _value("weight", TensorProto.FLOAT, [40, 8])],
+                 [_value("logits", TensorProto.FLOAT, ["R", 40])])

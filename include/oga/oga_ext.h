@@ -175,7 +175,18 @@ typedef struct OgaExtStepOutputs {
    * sampler left without a candidate). The executor must not modify the logits before the next
    * execute. 0: host memory. */
   int32_t logits_on_device;
+  /* Optional (NULL: none; host float32 logits only): for each logits row, the largest logit of every
+   * block of OGA_EXT_LOGITS_BLOCK logits (the last block may be shorter), NaN ignored, -inf when no
+   * logit of the block exceeds -inf; row i's ceil(vocab_size / OGA_EXT_LOGITS_BLOCK) maxima start at
+   * logits_block_maxima + i * logits_block_maxima_stride. Greedy selection then reads a row's maxima
+   * and its winning block instead of the whole row (the LM head computes them while each block is
+   * still in cache: oga.LogitsHead). Valid as long as `logits`. */
+  const float* logits_block_maxima;
+  size_t logits_block_maxima_stride;
 } OgaExtStepOutputs;
+
+/* The block of OgaExtStepOutputs.logits_block_maxima. */
+#define OGA_EXT_LOGITS_BLOCK 1024
 
 /* One batched token selection over device logits (OgaExtDeviceOps.sample). Every array is host
  * memory of num_rows entries (unless said otherwise), valid only during the call. Row i reads logits

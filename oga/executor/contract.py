@@ -24,6 +24,13 @@ class ModelLoadError(RuntimeError):
     wrong type or shape (the message names the file, the tensor and what was expected)."""
 
 
+# oga's graphs whose LM head is oga.LogitsHead declare this output: [rows, ceil(vocab / LOGITS_BLOCK)]
+# float, each row's largest logit in every block of LOGITS_BLOCK logits, bound beside the logits and
+# handed to the engine (OgaExtStepOutputs.logits_block_maxima) so greedy selection reads one block
+# of a row instead of all of it.
+LOGITS_BLOCK_MAXIMA = "logits_block_maxima"
+LOGITS_BLOCK = 1024  # OGA_EXT_LOGITS_BLOCK
+
 # fixed state output X -> X + CAPTURE_SUFFIX: its per-token capture output (see decoder.py)
 CAPTURE_SUFFIX = ".per_token"
 

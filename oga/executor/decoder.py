@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .contract import CAPTURE_SUFFIX, ModelLoadError
+from .contract import CAPTURE_SUFFIX, LOGITS_BLOCK, LOGITS_BLOCK_MAXIMA, ModelLoadError
 from .device_path import DeviceOnnxEngineExecutor
 from .host import OnnxEngineExecutor
 from .static import StaticOnnxEngineExecutor
@@ -336,8 +336,24 @@ class OnnxDecoder:
             self._fail(n["logits"], f"vocab dimension {n['vocab_size']} (model.vocab_size)", f"has shape {logits.shape}")
         # OGA's convention: a first logits dimension named batch_size means one row per request.
         self.per_token_logits = not self.has_logits_indices and logits.shape[0] != "batch_size"
+        self._validate_block_maxima()
         self._validate_caches()
         self._validate_fixed_states()
+
+    def _validate_block_maxima(self):
+        """oga's LM head output beside float32 logits (contract.LOGITS_BLOCK_MAXIMA), when the graph
+        declares it: block_maxima is its name, or "" without it."""
+        self.block_maxima = ""
+        if LOGITS_BLOCK_MAXIMA not in self.outputs:
+            return
+        meta = self._check(self.outputs, LOGITS_BLOCK_MAXIMA, ("tensor(float)",), 2, "output")
+        blocks = -(-self.names["vocab_size"] // LOGITS_BLOCK)
+        if isinstance(meta.shape[1], int) and meta.shape[1] != blocks:
+            self._fail(LOGITS_BLOCK_MAXIMA, f"{blocks} columns (one per {LOGITS_BLOCK} logits)",
+                       f"has shape {meta.shape}")
+        if self.logits_dtype != np.float32:
+            self._fail(LOGITS_BLOCK_MAXIMA, "float32 logits beside it", f"is beside {self.logits_dtype.__name__} logits")
+        self.block_maxima = LOGITS_BLOCK_MAXIMA
 
     def _validate_fixed_states(self):
         """The fixed_conv / fixed_recurrent bindings the core resolved from model.decoder.state_groups

@@ -95,6 +95,12 @@ class DeviceOnnxEngineExecutor(OnnxEngineExecutor):
             # where a step's logits rows are copied back to (pinned on CUDA)
             self.logits = self.device.host_buffer(nbytes).view(dtype).reshape(rows, self.vocab)
 
+    def _new_block_maxima(self, rows):
+        """Not bound here: OgaExtStepOutputs.logits_block_maxima is host memory beside host logits, and
+        the greedy pass it saves is the device sampler's (or a row read back) on this path; ONNX Runtime
+        keeps a graph's maxima output to itself."""
+        self.block_maxima = None
+
     def _allocate_inputs(self, decoder, geometry):
         """The device input buffer and the staging buffer: every packed input at its limit."""
         n = self.names

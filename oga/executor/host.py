@@ -26,7 +26,8 @@ import weakref
 
 import numpy as np
 
-from .contract import CAPTURE_SUFFIX, LOGITS_FLOAT16, LOGITS_FLOAT32, STATUS_FATAL, STATUS_OK, classify_failure
+from .contract import (CAPTURE_SUFFIX, LOGITS_BLOCK, LOGITS_FLOAT16, LOGITS_FLOAT32, STATUS_FATAL, STATUS_OK,
+                       classify_failure)
 
 class OnnxEngineExecutor:
     """Per-engine state: caches, the IOBinding and the logits buffer, all allocated once. The host
@@ -38,6 +39,10 @@ class OnnxEngineExecutor:
     ort_device = ("cpu", 0)
     # OgaExtStepOutputs.logits_on_device: the host path's logits are host memory.
     logits_on_device = 0
+    # OgaExtStepOutputs.logits_block_maxima: the address of the block maxima buffer (0: none), and
+    # its row stride in floats.
+    block_maxima_address = 0
+    block_maxima_stride = 0
 
     def __init__(self, decoder, geometry):
         n = decoder.names
@@ -85,6 +90,15 @@ class OnnxEngineExecutor:
         rows = geometry["max_scheduled_tokens"] if decoder.per_token_logits else geometry["max_batch_size"]
         self._new_logits(rows, decoder.logits_dtype)
         self.logits_type = LOGITS_FLOAT16 if decoder.logits_dtype == np.float16 else LOGITS_FLOAT32
+        self._new_block_maxima(rows)
+
+    def _new_block_maxima(self, rows):
+        """The graph's block maxima output (decoder.block_maxima), bound beside the logits."""
+        self.block_maxima = None
+        if self.decoder.block_maxima:
+            self.block_maxima = np.zeros((rows, -(-self.vocab // LOGITS_BLOCK)), dtype=np.float32)
+            self.block_maxima_address = self.block_maxima.ctypes.data
+            self.block_maxima_stride = self.block_maxima.shape[1]
 
     def _new_cache(self, shape, dtype):
         """A zeroed cache: (the object kept in self.caches, its address)."""
@@ -199,6 +213,9 @@ class OnnxEngineExecutor:
             bind(n["logits_indices"], np.int32, (num_rows,), step.logits_indices)
         rows = num_tokens if self.decoder.per_token_logits else num_rows
         self._bind_output(n["logits"], self.logits.dtype, (rows, self.vocab), self.logits.ctypes.data)
+        if self.block_maxima is not None:
+            self._bind_output(self.decoder.block_maxima, np.float32, (rows, self.block_maxima.shape[1]),
+                              self.block_maxima_address)
         start = time.perf_counter_ns()
         try:
             self.session.run_with_iobinding(self.binding)

@@ -151,6 +151,7 @@ class DecoderSpec(ctypes.Structure):
         ("logits_element_type", ctypes.c_int32), ("vocab_size", ctypes.c_size_t),
         ("per_token_logits", ctypes.c_int32),
         ("num_fixed_states", ctypes.c_size_t), ("fixed_states", ctypes.POINTER(FixedStateSpec)),
+        ("logits_block_maxima", ctypes.c_char_p),
     ]
 
 
@@ -411,7 +412,8 @@ def _spec(decoder):
         configured_num_blocks=decoder._configured_num_blocks() or 0,
         logits_element_type=_ELEMENT_TYPES[np.dtype(decoder.logits_dtype)], vocab_size=n["vocab_size"],
         per_token_logits=1 if decoder.per_token_logits else 0,
-        num_fixed_states=len(fixed), fixed_states=fixed_states)
+        num_fixed_states=len(fixed), fixed_states=fixed_states,
+        logits_block_maxima=text(decoder.block_maxima) if not static and decoder.block_maxima else None)
     return spec, keep
 
 

@@ -765,6 +765,12 @@ def _recurrent_layer(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, fi:
 
 # --------------------------------------------------------------------------------------------
 
+def logits_rows(per_token_logits: bool, logits_indices: bool) -> str:
+    """The symbolic first dimension of the logits: one row per selected token, per packed token, or
+    per request (OGA's convention for a dimension named batch_size)."""
+    return "num_logits" if logits_indices else ("num_tokens" if per_token_logits else "batch_size")
+
+
 def declare_io(g: GraphBuilder, spec: DecoderSpec, block_size: int, cache_type: int, logits_type: int,
                per_token_logits: bool, logits_indices: bool, state_capture: bool = False,
                fixed_state_type: int | None = None):
@@ -801,8 +807,7 @@ def declare_io(g: GraphBuilder, spec: DecoderSpec, block_size: int, cache_type: 
     fixed = fixed_state_shapes(spec)
     for past, _, shape in fixed:
         g.input(past, fixed_state_type, ["batch_size"] + list(shape))
-    rows = "num_logits" if logits_indices else ("num_tokens" if per_token_logits else "batch_size")
-    g.output(LOGITS, logits_type, [rows, spec.vocab_size])
+    g.output(LOGITS, logits_type, [logits_rows(per_token_logits, logits_indices), spec.vocab_size])
     for i in paged:
         g.output(PRESENT_KEY % i, cache_type, cache_shape(i))
         g.output(PRESENT_VALUE % i, cache_type, cache_shape(i))

@@ -14,7 +14,9 @@ the past_* inputs. What differs is inside:
                  table in one kernel that reads the cache blocks in place (ortops/)
                  o_proj, oga.SkipRMSNorm, gate|up projection, oga.SwiGlu (SiLU(gate) * up),
                  down_proj
-    head         the rows that need logits, oga.SkipRMSNorm, LM head
+    head         the rows that need logits, oga.SkipRMSNorm, LM head: oga.LogitsHead for a float
+                 weight (the logits and each row's maximum per block of 1024 logits, a second
+                 output, logits_block_maxima, that greedy selection reads), else MatMulNBits
 
 A decode-only step runs no prefill branch (the attention kernel handles each row by its length)
 and gathers nothing: its cost grows with context only by the keys and values it reads.
@@ -37,6 +39,10 @@ from .onnx_cpu import GraphBuilder, _w, rope_tables
 from .spec import DecoderSpec
 
 OGA_DOMAIN = "oga"                   # oga's operators (ortops/register_ops.cpp)
+# oga.LogitsHead's second output, bound by oga's executors (oga/executor/contract.py), and its block
+# (ortops/logits_head.h kLogitsBlock, OGA_EXT_LOGITS_BLOCK in include/oga/oga_ext.h)
+LOGITS_BLOCK_MAXIMA = "logits_block_maxima"
+LOGITS_BLOCK = 1024
 MS_DOMAIN = lw.MS_DOMAIN
 
 
@@ -142,9 +148,15 @@ def _lm_head(g: GraphBuilder, spec: DecoderSpec, x: str, offsets, residual: str,
     normed, _ = _norm(g, x, residual, norm, spec.rms_norm_eps, "norm", offsets)
     head_name = "model.embed_tokens.weight" if spec.tie_word_embeddings else "lm_head.weight"
     head = w.linear(head_name, bits=None if w.precision is None else 8)
-    if head.quantized is None and spec.tie_word_embeddings and _has_initializer(g, head_name):
-        # a float tied head shares the embedding's initializer
-        g.op("Gemm", [normed, head_name], "lm_head", outputs=[cpu.LOGITS], transB=1)
+    if head.quantized is None:
+        # A float head: oga.LogitsHead, which also writes each row's block maxima while the logits are
+        # in cache (the engine's greedy selection reads those instead of the whole row). A tied head
+        # shares the embedding's initializer.
+        if not (spec.tie_word_embeddings and _has_initializer(g, head_name)):
+            head_name = g.initializer("lm_head.weight", np.ascontiguousarray(head.weight, dtype=np.float32))
+        rows = cpu.logits_rows(per_token_logits, logits_indices)
+        g.output(LOGITS_BLOCK_MAXIMA, TensorProto.FLOAT, [rows, -(-spec.vocab_size // LOGITS_BLOCK)])
+        g.op("LogitsHead", [normed, head_name], "lm_head", outputs=[cpu.LOGITS, LOGITS_BLOCK_MAXIMA], domain=OGA_DOMAIN)
         return
     head.name = "lm_head.weight"
     lw.emit(g, normed, head, accuracy, "lm_head", output=cpu.LOGITS)

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "base/mix64.h"
+#include "sampling/first_max.h"
 #include "sampling/sampler.h"
 #include "engine/engine_support.h"
 
@@ -247,6 +248,14 @@ std::string Engine::CheckLogitsOutputs(const OgaExtStepOutputs& outputs, size_t 
   if (outputs.logits_on_device != 0 && !device_logits_) {
     return "device logits, but its OgaExtDeviceOps has no read operation";
   }
+  if (outputs.logits_block_maxima != nullptr) {
+    const size_t blocks = (vocab_size_ + kFirstMaxBlock - 1) / kFirstMaxBlock;
+    if (outputs.logits_on_device != 0 || outputs.logits_type != OgaExtLogitsType_Float32 ||
+        outputs.logits_block_maxima_stride < blocks) {
+      return "logits block maxima of stride " + std::to_string(outputs.logits_block_maxima_stride) +
+             "; expected host float32 logits and at least " + std::to_string(blocks) + " maxima per row";
+    }
+  }
   return std::string();
 }
 
@@ -256,6 +265,8 @@ LogitsRow Engine::LogitsRowAt(const OgaExtStepOutputs& outputs, size_t row) cons
   LogitsRow logits;
   logits.data = static_cast<const char*>(outputs.logits) + row * outputs.logits_row_stride * element_size;
   logits.type = outputs.logits_type;
+  if (outputs.logits_block_maxima != nullptr)
+    logits.block_maxima = outputs.logits_block_maxima + row * outputs.logits_block_maxima_stride;
   return logits;
 }
 

@@ -4,6 +4,8 @@
 
 #include <cstddef>
 
+#include "oga/oga_ext.h"
+
 namespace oga {
 
 struct FirstMaxResult {
@@ -15,5 +17,14 @@ struct FirstMaxResult {
 // again: AVX2 where the CPU has it (checked once; OGA_SAMPLER_PORTABLE=1 selects SSE2), else
 // SSE2, else scalar.
 FirstMaxResult FirstMax(const float* data, size_t count);
+
+// The blocks FirstMax reads, and those of OgaExtStepOutputs.logits_block_maxima.
+constexpr size_t kFirstMaxBlock = OGA_EXT_LOGITS_BLOCK;
+
+// FirstMax from the row's block maxima (block_maxima[b]: the largest value of data[b * 1024, ...),
+// NaN ignored, -inf if none; see OgaExtStepOutputs.logits_block_maxima): reads the maxima and the
+// winning block only. Maxima that do not match the data (no value of the winning block equals its
+// maximum) fall back to FirstMax over the whole row.
+FirstMaxResult FirstMaxOfBlocks(const float* data, size_t count, const float* block_maxima);
 
 }  // namespace oga

@@ -105,7 +105,8 @@ int32_t SelectGreedy(const LogitsRow& row, size_t vocab_size, const std::vector<
   const auto* data = static_cast<const float*>(row.data);
   // The largest value's first occurrence (one pass), then, when that is a masked EOS id, its next
   // occurrences.
-  const FirstMaxResult best = FirstMax(data, vocab_size);
+  const FirstMaxResult best =
+      row.block_maxima != nullptr ? FirstMaxOfBlocks(data, vocab_size, row.block_maxima) : FirstMax(data, vocab_size);
   if (best.value > kNegativeInfinity) {
     for (size_t v = best.index; v < vocab_size; v = FindFirst(data, v + 1, vocab_size, best.value)) {
       if (!mask_eos || std::find(eos_ids.begin(), eos_ids.end(), static_cast<int32_t>(v)) == eos_ids.end()) {

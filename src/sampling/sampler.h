@@ -13,6 +13,9 @@ namespace oga {
 struct LogitsRow {
   const void* data = nullptr;
   OgaExtLogitsType type = OgaExtLogitsType_Float32;
+  // The row's OgaExtStepOutputs.logits_block_maxima (float32 rows only); NULL when the executor
+  // gave none.
+  const float* block_maxima = nullptr;
 };
 
 // Index of the largest logit (lowest index on ties, NaN never wins). When `mask_eos` is set the ids in
