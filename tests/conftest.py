@@ -1,5 +1,6 @@
 """Fixtures shared by the oga test suite. Helpers (oracle, drivers) live in tests/helpers.py."""
 
+import gc
 import os
 import sys
 
@@ -9,6 +10,19 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import oga as og  # noqa: E402
 import oga.testing as ogt  # noqa: E402
+
+
+def pytest_collection_finish(session):
+    """Moves every object alive once the tests are collected into the collector's permanent
+    generation (gc.freeze): the modules the test files import (torch, transformers, ray, onnx...)
+    and pytest's items, which live for the whole session anyway. Tests and the conformance runner
+    call gc.collect() after dropping a handle (~900 times a run) and each one walked that whole
+    heap, 0.25-0.4 s: 205 s of GC in the 283 s the conformance tests took, 102 s once frozen.
+    Frozen objects are still freed by reference counting; only a reference cycle among them alone
+    would outlive the session. Everything made later (fixtures, engines, requests, the garbage
+    cycles that hold them) is collected as before."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture
