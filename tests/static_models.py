@@ -19,6 +19,13 @@ command. Directories are cached: under $OGA_CACHE_DIR/static-models/ when OGA_CA
 names carry RECIPE_VERSION, bumped whenever a recipe changes), else under the pytest session's
 base temp (built once per session).
 
+Within one process the work the recipes share is done once: the GGUF's tokenizer files (reading the
+GGUF's metadata takes 5-9 s), each HF checkpoint (the fp32 and int4 builds of a model are built
+from the same one; SmolLM2's is 515 MB and takes ~17 s), and each builder run: a directory of the
+same checkpoint and precision but another `max_length` (the conformance suite's tiny Llama, 64) is
+a copy of the first one built, with the builder's own genai_config.json (the builder is
+deterministic: two runs give the same files byte for byte).
+
 Use from a test module:
 
     from static_models import tiny_llama_static_dir, smollm2_static_dir   # fixtures
@@ -28,6 +35,8 @@ or call build_tiny_llama(out_dir) / build_smollm2(out_dir) directly.
 """
 from __future__ import annotations
 
+import atexit
+import functools
 import importlib.util
 import json
 import os
@@ -72,11 +81,22 @@ def smollm2_gguf_path() -> str:
     return path
 
 
-def _write_tokenizer(gguf_path, directory):
-    """tokenizer.json, tokenizer_config.json, special_tokens_map.json from the GGUF metadata."""
-    from oga.models.tokenizer_export import special_tokens_map, tokenizer_from_gguf
+@functools.lru_cache(maxsize=None)
+def _gguf_tokenizer(gguf_path):
+    """tokenizer_from_gguf(gguf_path), read once per process: (tokenizer.json text, config as JSON
+    text, so that no caller can change the cached dict)."""
+    from oga.models.tokenizer_export import tokenizer_from_gguf
 
     text, config = tokenizer_from_gguf(gguf_path)
+    return text, json.dumps(config)
+
+
+def _write_tokenizer(gguf_path, directory):
+    """tokenizer.json, tokenizer_config.json, special_tokens_map.json from the GGUF metadata."""
+    from oga.models.tokenizer_export import special_tokens_map
+
+    text, config = _gguf_tokenizer(gguf_path)
+    config = json.loads(config)
     with open(os.path.join(directory, "tokenizer.json"), "w", encoding="utf-8") as f:
         f.write(text)
     with open(os.path.join(directory, "tokenizer_config.json"), "w", encoding="utf-8") as f:
@@ -184,17 +204,43 @@ def set_search_max_length(model_dir, max_length):
         json.dump(config, f, indent=4)
 
 
+_scratch = []       # this process's temporary directory for checkpoints, removed at exit
+_checkpoints = {}   # write_checkpoint -> its checkpoint directory, written once per process
+_built = {}         # (write_checkpoint, precision) -> (first finished build, the builder's genai_config.json bytes)
+
+
+def _checkpoint(write_checkpoint):
+    """The directory write_checkpoint wrote, once per process."""
+    if write_checkpoint not in _checkpoints:
+        if not _scratch:
+            _scratch.append(tempfile.mkdtemp(prefix="oga-hf-checkpoints-"))
+            atexit.register(shutil.rmtree, _scratch[0], True)
+        hf_dir = os.path.join(_scratch[0], write_checkpoint.__name__)
+        shutil.rmtree(hf_dir, ignore_errors=True)   # a write that failed earlier in this process
+        write_checkpoint(hf_dir)
+        _checkpoints[write_checkpoint] = hf_dir
+    return _checkpoints[write_checkpoint]
+
+
 def _build(out_dir, write_checkpoint, max_length, precision="fp32"):
-    """Checkpoint in a temporary directory, builder into out_dir, `.complete` marker last."""
+    """Builder into out_dir (or a copy of this process's earlier build of the same checkpoint and
+    precision, with the builder's genai_config.json), search.max_length patched, `.complete` last."""
     out_dir = os.fspath(out_dir)
     if os.path.isfile(os.path.join(out_dir, ".complete")):
         return out_dir
     check_builder_dependencies()
     if os.path.exists(out_dir):
         shutil.rmtree(out_dir)
-    with tempfile.TemporaryDirectory(prefix="oga-hf-checkpoint-") as hf_dir:
-        write_checkpoint(hf_dir)
-        run_oga_builder(hf_dir, out_dir, precision=precision)
+    config_path = os.path.join(out_dir, "genai_config.json")
+    earlier = _built.get((write_checkpoint, precision))
+    if earlier is not None and os.path.isfile(os.path.join(earlier[0], ".complete")):
+        shutil.copytree(earlier[0], out_dir, ignore=shutil.ignore_patterns(".complete"))
+        with open(config_path, "wb") as f:
+            f.write(earlier[1])
+    else:
+        run_oga_builder(_checkpoint(write_checkpoint), out_dir, precision=precision)
+        with open(config_path, "rb") as f:
+            _built[write_checkpoint, precision] = (out_dir, f.read())
     if max_length is not None:
         set_search_max_length(out_dir, max_length)
     open(os.path.join(out_dir, ".complete"), "w").close()
