@@ -20,7 +20,7 @@ names carry RECIPE_VERSION, bumped whenever a recipe changes), else under the py
 base temp (built once per session).
 
 Within one process the work the recipes share is done once: the GGUF's tokenizer files (reading the
-GGUF's metadata takes 5-9 s), each HF checkpoint (the fp32 and int4 builds of a model are built
+GGUF's metadata takes 5-9 s), its weights (load_gguf_weights, which tests share too), each HF checkpoint (the fp32 and int4 builds of a model are built
 from the same one; SmolLM2's is 515 MB and takes ~17 s), and each builder run: a directory of the
 same checkpoint and precision but another `max_length` (the conformance suite's tiny Llama, 64) is
 a copy of the first one built, with the builder's own genai_config.json (the builder is
@@ -158,13 +158,34 @@ def write_tiny_llama_checkpoint(directory, seed=0):
     return directory
 
 
-def write_smollm2_checkpoint(directory):
-    """SmolLM2-135M-Instruct dequantized to float32, as an HF checkpoint."""
+@functools.lru_cache(maxsize=None)
+def gguf_reader(gguf_path):
+    """gguf.GGUFReader(gguf_path), opened once per process: parsing SmolLM2's metadata (its
+    49,152-token vocabulary and merges) takes 5-9 s. The tests that read its fields or tensors share it."""
+    import gguf
+
+    return gguf.GGUFReader(gguf_path)
+
+
+@functools.lru_cache(maxsize=None)
+def load_gguf_weights(gguf_path):
+    """oga.models.gguf_loader.load_gguf(gguf_path, with_tokenizer=False): the spec, the HF-named
+    float32 weights in HF RoPE layout and the exact blocks, read once per process (SmolLM2's takes
+    8-12 s, and write_smollm2_checkpoint and three tests compare against it). Shared, so its weights
+    are made read-only: a caller that changed one would fail instead of changing the others' input."""
     from oga.models.gguf_loader import load_gguf
 
+    loaded = load_gguf(gguf_path, with_tokenizer=False)
+    for weight in loaded.weights.values():
+        weight.setflags(write=False)
+    return loaded
+
+
+def write_smollm2_checkpoint(directory):
+    """SmolLM2-135M-Instruct dequantized to float32, as an HF checkpoint."""
     gguf_path = smollm2_gguf_path()
     os.makedirs(directory, exist_ok=True)
-    loaded = load_gguf(gguf_path, with_tokenizer=False)   # HF names, float32, HF RoPE layout
+    loaded = load_gguf_weights(gguf_path)   # HF names, float32, HF RoPE layout
     s = loaded.spec
     _save_weights(directory, loaded.weights)
     _write_tokenizer(gguf_path, directory)

@@ -97,7 +97,9 @@ def test_onnx_runtime_computes_with_the_gguf_weights(type_name):
 
 def test_smollm2_tensors_repack_exactly(smollm2_gguf):
     """The real file: layer 0's Q4_1 tensors and the Q8_0 embedding, against gguf's dequantization."""
-    reader = gguf.GGUFReader(smollm2_gguf)
+    from static_models import gguf_reader
+
+    reader = gguf_reader(smollm2_gguf)                       # gguf.GGUFReader(smollm2_gguf), once a run
     checked = 0
     for tensor in reader.tensors:
         if not (tensor.name.startswith("blk.0.") or tensor.name == "token_embd.weight"):
@@ -119,9 +121,9 @@ def smollm2_gguf():
 
 
 def test_the_loader_keeps_exact_blocks_with_the_rope_row_order(smollm2_gguf):
-    from oga.models.gguf_loader import load_gguf
+    from static_models import load_gguf_weights
 
-    loaded = load_gguf(smollm2_gguf, with_tokenizer=False)
+    loaded = load_gguf_weights(smollm2_gguf)                 # load_gguf(..., with_tokenizer=False), once a run
     assert set(loaded.blocks) == {n for n in loaded.weights if n.endswith("_proj.weight")} | {
         "model.embed_tokens.weight"}
     for name in ("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
