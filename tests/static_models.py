@@ -19,12 +19,13 @@ command. Directories are cached: under $OGA_CACHE_DIR/static-models/ when OGA_CA
 names carry RECIPE_VERSION, bumped whenever a recipe changes), else under the pytest session's
 base temp (built once per session).
 
-Within one process the work the recipes share is done once: the GGUF's tokenizer files (reading the
-GGUF's metadata takes 5-9 s), its weights (load_gguf_weights, which tests share too), each HF checkpoint (the fp32 and int4 builds of a model are built
-from the same one; SmolLM2's is 515 MB and takes ~17 s), and each builder run: a directory of the
-same checkpoint and precision but another `max_length` (the conformance suite's tiny Llama, 64) is
-a copy of the first one built, with the builder's own genai_config.json (the builder is
-deterministic: two runs give the same files byte for byte).
+Within one process the work the recipes share is done once: reading SmolLM2's GGUF (its metadata
+alone takes 5-9 s: gguf_reader, gguf_tokenizer and load_gguf_weights, which tests share too), each HF
+checkpoint (the fp32 and int4 builds of a model are built from the same one; SmolLM2's is 515 MB and
+takes ~17 s), and each builder run: a directory of the same checkpoint and precision but another
+`max_length` (the conformance suite's tiny Llama, 64) is a copy of the first one built, with the
+builder's own genai_config.json (the builder is deterministic: two runs give the same files byte for
+byte).
 
 Use from a test module:
 
@@ -82,21 +83,34 @@ def smollm2_gguf_path() -> str:
 
 
 @functools.lru_cache(maxsize=None)
+def gguf_reader(gguf_path):
+    """gguf.GGUFReader(gguf_path), opened once per process: parsing SmolLM2's metadata (its
+    49,152-token vocabulary and merges) takes 5-9 s. The tests that read its fields or tensors share it."""
+    import gguf
+
+    return gguf.GGUFReader(gguf_path)
+
+
+@functools.lru_cache(maxsize=None)
 def _gguf_tokenizer(gguf_path):
-    """tokenizer_from_gguf(gguf_path), read once per process: (tokenizer.json text, config as JSON
-    text, so that no caller can change the cached dict)."""
     from oga.models.tokenizer_export import tokenizer_from_gguf
 
-    text, config = tokenizer_from_gguf(gguf_path)
-    return text, json.dumps(config)
+    text, config = tokenizer_from_gguf(gguf_reader(gguf_path))   # as from the path, on the shared reader
+    return text, json.dumps(config)   # as text: no caller can change the cached dict
+
+
+def gguf_tokenizer(gguf_path):
+    """oga.models.tokenizer_export.tokenizer_from_gguf(gguf_path): (tokenizer.json text,
+    tokenizer_config dict), read once per process (SmolLM2's takes 5-9 s); each call gets its own dict."""
+    text, config = _gguf_tokenizer(gguf_path)
+    return text, json.loads(config)
 
 
 def _write_tokenizer(gguf_path, directory):
     """tokenizer.json, tokenizer_config.json, special_tokens_map.json from the GGUF metadata."""
     from oga.models.tokenizer_export import special_tokens_map
 
-    text, config = _gguf_tokenizer(gguf_path)
-    config = json.loads(config)
+    text, config = gguf_tokenizer(gguf_path)
     with open(os.path.join(directory, "tokenizer.json"), "w", encoding="utf-8") as f:
         f.write(text)
     with open(os.path.join(directory, "tokenizer_config.json"), "w", encoding="utf-8") as f:
@@ -156,15 +170,6 @@ def write_tiny_llama_checkpoint(directory, seed=0):
     _save_weights(directory, weights)
     _write_config(directory, vocab_size=vocab, bos=1, eos=2, pad=2, tie=False, **TINY)
     return directory
-
-
-@functools.lru_cache(maxsize=None)
-def gguf_reader(gguf_path):
-    """gguf.GGUFReader(gguf_path), opened once per process: parsing SmolLM2's metadata (its
-    49,152-token vocabulary and merges) takes 5-9 s. The tests that read its fields or tensors share it."""
-    import gguf
-
-    return gguf.GGUFReader(gguf_path)
 
 
 @functools.lru_cache(maxsize=None)

@@ -36,10 +36,11 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def smollm2_tokenizer_dir(tmp_path_factory):
-    from oga.models.tokenizer_export import special_tokens_map, tokenizer_from_gguf
+    from oga.models.tokenizer_export import special_tokens_map
+    from static_models import gguf_tokenizer
 
     directory = tmp_path_factory.mktemp("smollm2-tokenizer")
-    text, config = tokenizer_from_gguf(smollm2_gguf())
+    text, config = gguf_tokenizer(smollm2_gguf())   # tokenizer_from_gguf(smollm2_gguf()), once a run
     (directory / "tokenizer.json").write_text(text, encoding="utf-8")
     (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     (directory / "special_tokens_map.json").write_text(json.dumps(special_tokens_map(config)), encoding="utf-8")
