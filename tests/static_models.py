@@ -11,10 +11,10 @@ the past/present buffer, an `attention_mask` input, no `engine` section).
   (argument `max_length`; None keeps the builder's value).
 
 Both run `python -m onnxruntime_genai.models.builder -i <hf dir> -o <out> -e cpu -p fp32
---extra_options hf_token=false` offline (HF_HUB_OFFLINE=1) and need `torch==2.13.0` and
-`transformers` and `onnx-ir` (the builder imports all three; onnxruntime-genai's wheel declares
-none of them); without them the fixtures fail, naming the install
-command. Directories are cached: under $OGA_CACHE_DIR/static-models/ when OGA_CACHE_DIR is set
+--extra_options hf_token=false` offline (HF_HUB_OFFLINE=1), in one builder process per process
+(run_oga_builder), and need `torch==2.13.0` and `transformers` and `onnx-ir` (the builder imports
+all three; onnxruntime-genai's wheel declares none of them); without them the fixtures fail, naming
+the install command. Directories are cached: under $OGA_CACHE_DIR/static-models/ when OGA_CACHE_DIR is set
 (persistent across sessions; a finished build is marked by a `.complete` file, and the directory
 names carry RECIPE_VERSION, bumped whenever a recipe changes), else under the pytest session's
 base temp (built once per session).
@@ -41,6 +41,7 @@ import functools
 import importlib.util
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -204,20 +205,87 @@ def write_smollm2_checkpoint(directory):
     return directory
 
 
+# The builder process's loop: `python -m onnxruntime_genai.models.builder ARGS` for each job, a stdin
+# line [working directory, environment, log path, *ARGS], with fds 1 and 2 on the log; it answers
+# each with its exit status on a line of its own (on a copy of the original stdout).
+_BUILDER_LOOP = """
+import json, os, runpy, sys, traceback
+answers = os.fdopen(os.dup(1), "w")
+for line in sys.stdin:
+    cwd, environment, log_path, *args = json.loads(line)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(environment)
+    status = 0
+    with open(log_path, "w") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        sys.argv = ["builder", *args]
+        try:
+            runpy.run_module("onnxruntime_genai.models.builder", run_name="__main__", alter_sys=True)
+        except SystemExit as e:
+            status = e.code if isinstance(e.code, int) else int(e.code is not None)
+        except BaseException:
+            traceback.print_exc()
+            status = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+    answers.write(f"{status}\\n")
+    answers.flush()
+"""
+_builder = []   # the builder process of this process, started by the first build
+
+
+def _builder_process():
+    """One Python process that runs every build of this process: the builder imports torch,
+    transformers and onnx-ir, ~10 s of a ~12 s tiny build, once instead of once a build. Each run is
+    `python -m onnxruntime_genai.models.builder` in that process (runpy, as -m runs it), with the
+    caller's environment; four builds in a row give the files fresh processes give, byte for byte."""
+    if _builder and _builder[0].poll() is None:
+        return _builder[0]
+    _builder[:] = [subprocess.Popen([sys.executable, "-c", _BUILDER_LOOP], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True)]
+    atexit.register(_stop_builder, _builder[0])
+    return _builder[0]
+
+
+def _stop_builder(process):
+    if process.poll() is None:
+        process.stdin.close()   # the loop ends at end of input
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def run_oga_builder(hf_dir, out_dir, *, precision="fp32", provider="cpu", extra=()):
-    """python -m onnxruntime_genai.models.builder, offline, in a subprocess (the builder is heavy
-    and prints a lot). Raises RuntimeError with the tail of its output on failure."""
+    """python -m onnxruntime_genai.models.builder, offline, in the builder process (the builder is
+    heavy and prints a lot: not in this one; _builder_process). Raises RuntimeError with the tail of
+    its output on failure."""
     check_builder_dependencies()
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    with tempfile.TemporaryDirectory(prefix="oga-builder-cache-") as cache:
-        cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", os.fspath(hf_dir),
-               "-o", os.fspath(out_dir), "-e", provider, "-p", precision, "-c", cache,
-               "--extra_options", "hf_token=false", *extra]
-        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, timeout=BUILD_TIMEOUT_S)
-    if proc.returncode != 0 or not os.path.isfile(os.path.join(out_dir, "genai_config.json")):
-        raise RuntimeError(f"OGA's builder failed ({proc.returncode}): {' '.join(cmd)}\n"
-                           f"{proc.stdout[-4000:]}")
+    with tempfile.TemporaryDirectory(prefix="oga-builder-cache-") as cache, \
+            tempfile.TemporaryDirectory(prefix="oga-builder-log-") as log_dir:
+        args = ["-i", os.fspath(hf_dir), "-o", os.fspath(out_dir), "-e", provider, "-p", precision, "-c", cache,
+                "--extra_options", "hf_token=false", *extra]
+        log_path = os.path.join(log_dir, "builder.log")
+        process = _builder_process()
+        process.stdin.write(json.dumps([os.getcwd(), env, log_path, *args]) + "\n")
+        process.stdin.flush()
+        ready, _, _ = select.select([process.stdout], [], [], BUILD_TIMEOUT_S)
+        answer = process.stdout.readline().strip() if ready else ""
+        if not answer:   # timed out, or the process died: the next build starts another
+            process.kill()
+            process.wait()
+        output = ""
+        if os.path.exists(log_path):
+            with open(log_path, encoding="utf-8", errors="replace") as f:
+                output = f.read()
+    status = int(answer) if answer else ("timed out" if not ready else "died")
+    if status != 0 or not os.path.isfile(os.path.join(out_dir, "genai_config.json")):
+        raise RuntimeError(f"OGA's builder failed ({status}): python -m onnxruntime_genai.models.builder "
+                           f"{' '.join(args)}\n{output[-4000:]}")
     return out_dir
 
 
