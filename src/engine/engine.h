@@ -217,6 +217,9 @@ class Engine {
   // Runs SelectToken for the first `count` entries of select_requests_ / select_logits_rows_ into
   // select_staged_, shared among RowWorkers.
   void SelectTokens(size_t count, const OgaExtStepOutputs& outputs);
+  // Whether every row to select is greedy over the raw row (no processors, guidance, drafts or held
+  // logits): with block maxima such rows are selected on the calling thread.
+  bool OnlyPlainGreedy(size_t count) const;
   // Device logits: selects the rows the device sampler supports there, stages them, reads back the
   // logits rows the others need and moves those rows to the front of the select_* arrays; returns
   // how many rows are left for host selection. Throws DeviceError.
