@@ -20,7 +20,8 @@ names carry RECIPE_VERSION, bumped whenever a recipe changes), else under the py
 base temp (built once per session).
 
 Within one process the work the recipes share is done once: reading SmolLM2's GGUF (its metadata
-alone takes 5-9 s: gguf_reader, gguf_tokenizer and load_gguf_weights, which tests share too), each HF
+alone takes 5-9 s: gguf_tokenizer and load_gguf_weights, which tests share too; not the
+gguf.GGUFReader itself, whose ~500,000 objects every garbage collection would walk), each HF
 checkpoint (the fp32 and int4 builds of a model are built from the same one; SmolLM2's is 515 MB and
 takes ~17 s), and each builder run: a directory of the same checkpoint and precision but another
 `max_length` (the conformance suite's tiny Llama, 64) is a copy of the first one built, with the
@@ -84,19 +85,10 @@ def smollm2_gguf_path() -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def gguf_reader(gguf_path):
-    """gguf.GGUFReader(gguf_path), opened once per process: parsing SmolLM2's metadata (its
-    49,152-token vocabulary and merges) takes 5-9 s. The tests that read its fields or tensors share it."""
-    import gguf
-
-    return gguf.GGUFReader(gguf_path)
-
-
-@functools.lru_cache(maxsize=None)
 def _gguf_tokenizer(gguf_path):
     from oga.models.tokenizer_export import tokenizer_from_gguf
 
-    text, config = tokenizer_from_gguf(gguf_reader(gguf_path))   # as from the path, on the shared reader
+    text, config = tokenizer_from_gguf(gguf_path)
     return text, json.dumps(config)   # as text: no caller can change the cached dict
 
 

@@ -551,9 +551,7 @@ class _IndependentBPE:
 
 
 def test_smollm2_tokenizer_matches_independent_bpe(smollm2_tok):
-    from static_models import gguf_reader
-
-    reader = gguf_reader(smollm2_path())                     # gguf.GGUFReader(smollm2_path()), once a run
+    reader = gguf.GGUFReader(smollm2_path())
     f = reader.fields
     tokens = f["tokenizer.ggml.tokens"].contents()
     types = f["tokenizer.ggml.token_type"].contents()

@@ -97,9 +97,7 @@ def test_onnx_runtime_computes_with_the_gguf_weights(type_name):
 
 def test_smollm2_tensors_repack_exactly(smollm2_gguf):
     """The real file: layer 0's Q4_1 tensors and the Q8_0 embedding, against gguf's dequantization."""
-    from static_models import gguf_reader
-
-    reader = gguf_reader(smollm2_gguf)                       # gguf.GGUFReader(smollm2_gguf), once a run
+    reader = gguf.GGUFReader(smollm2_gguf)
     checked = 0
     for tensor in reader.tensors:
         if not (tensor.name.startswith("blk.0.") or tensor.name == "token_embd.weight"):
