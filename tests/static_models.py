@@ -14,10 +14,10 @@ Both run `python -m onnxruntime_genai.models.builder -i <hf dir> -o <out> -e cpu
 --extra_options hf_token=false` offline (HF_HUB_OFFLINE=1), in one builder process per process
 (run_oga_builder), and need `torch==2.13.0` and `transformers` and `onnx-ir` (the builder imports
 all three; onnxruntime-genai's wheel declares none of them); without them the fixtures fail, naming
-the install command. Directories are cached: under $OGA_CACHE_DIR/static-models/ when OGA_CACHE_DIR is set
-(persistent across sessions; a finished build is marked by a `.complete` file, and the directory
-names carry RECIPE_VERSION, bumped whenever a recipe changes), else under the pytest session's
-base temp (built once per session).
+the install command. Directories are cached: under $OGA_CACHE_DIR/static-models/ when
+OGA_CACHE_DIR is set (persistent across sessions; a finished build is marked by a `.complete` file,
+and the directory names carry RECIPE_VERSION, bumped whenever a recipe changes), else under the
+pytest session's base temp (built once per session).
 
 Within one process the work the recipes share is done once: reading SmolLM2's GGUF (its metadata
 alone takes 5-9 s: gguf_tokenizer and load_gguf_weights, which tests share too; not the
@@ -232,7 +232,7 @@ def _builder_process():
     """One Python process that runs every build of this process: the builder imports torch,
     transformers and onnx-ir, ~10 s of a ~12 s tiny build, once instead of once a build. Each run is
     `python -m onnxruntime_genai.models.builder` in that process (runpy, as -m runs it), with the
-    caller's environment; four builds in a row give the files fresh processes give, byte for byte."""
+    caller's environment; four builder runs in a row give the files fresh processes give, byte for byte."""
     if _builder and _builder[0].poll() is None:
         return _builder[0]
     _builder[:] = [subprocess.Popen([sys.executable, "-c", _BUILDER_LOOP], stdin=subprocess.PIPE,
@@ -292,7 +292,7 @@ def set_search_max_length(model_dir, max_length):
 
 _scratch = []       # this process's temporary directory for checkpoints, removed at exit
 _checkpoints = {}   # write_checkpoint -> its checkpoint directory, written once per process
-_built = {}         # (write_checkpoint, precision) -> (first finished build, the builder's genai_config.json bytes)
+_built = {}         # (write_checkpoint, precision) -> (its first build, the builder's genai_config.json bytes)
 
 
 def _checkpoint(write_checkpoint):
