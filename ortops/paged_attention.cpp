@@ -17,14 +17,14 @@ using namespace ortapi;
 const InputSpec PagedGroupQueryAttentionFloatCache::kInputs[] = {
     {kFloat, false}, {kFloat, true},  {kFloat, true},  {kFloat, false}, {kFloat, false},
     {kInt32, false}, {kInt32, false}, {kInt32, false}, {kFloat, true},  {kFloat, true},
-    {kFloat, true},  {kFloat16, true},
+    {kFloat, true},  {kFloat16, true}, {kFloat, true},
 };
 const OutputSpec PagedGroupQueryAttentionFloatCache::kOutputs[] = {{kFloat, false}, {kFloat, false}, {kFloat, false}};
 
 const InputSpec PagedGroupQueryAttentionHalfCache::kInputs[] = {
     {kFloat, false}, {kFloat, true},  {kFloat, true},  {kFloat16, false}, {kFloat16, false},
     {kInt32, false}, {kInt32, false}, {kInt32, false}, {kFloat, true},    {kFloat, true},
-    {kFloat, true},  {kFloat16, true},
+    {kFloat, true},  {kFloat16, true},   {kFloat, true},
 };
 const OutputSpec PagedGroupQueryAttentionHalfCache::kOutputs[] = {
     {kFloat, false}, {kFloat16, false}, {kFloat16, false}};
@@ -44,6 +44,8 @@ PagedGroupQueryAttention::PagedGroupQueryAttention(const KernelInfo& info) {
   int64_t window = info.Int("local_window_size", -1);
   Require(window == -1 || window > 0, "local_window_size must be -1 (none) or positive, got " + std::to_string(window));
   window_ = window > 0 ? static_cast<int>(window) : 0;
+  softcap_ = info.Float("softcap", 0.0f);
+  Require(std::isfinite(softcap_) && softcap_ >= 0.0f, "softcap must be finite and >= 0 (0: none)");
 }
 
 namespace {
@@ -71,6 +73,8 @@ struct Step {
   bool interleaved = false;
   int window = 0;
   float scale = 1.0f;
+  float softcap = 0.0f;           // 0: none
+  const float* sink = nullptr;    // per query head, or NULL
   const int32_t* cu = nullptr;
   const int32_t* past = nullptr;
   const int32_t* table = nullptr;
@@ -99,6 +103,23 @@ struct Step {
   }
   // The lowest key position a query at `position` sees.
   int64_t FirstKey(int64_t position) const { return window ? std::max<int64_t>(0, position - window + 1) : 0; }
+
+  // scores[i] = softcap * tanh(scores[i] / softcap) for i < n, when the step has a softcap.
+  void Softcap(float* scores, int64_t n) const {
+    if (softcap == 0.0f) return;
+    const float inverse = 1.0f / softcap;
+    for (int64_t i = 0; i < n; ++i) scores[i] = softcap * std::tanh(scores[i] * inverse);
+  }
+
+  // The factor that turns head h's weights exp(score - max) into probabilities: 1 / the
+  // denominator, which with an attention sink also holds exp(sink - max). Both are taken relative
+  // to max(max, sink), so a sink far above the scores cannot overflow.
+  float Normalizer(int h, float max, float sum) const {
+    if (sink == nullptr) return 1.0f / sum;
+    const float top = std::max(max, sink[h]);
+    const float rescale = std::exp(max - top);
+    return rescale / (sum * rescale + std::exp(sink[h] - top));
+  }
 };
 
 // x (D floats) rotated at `position` into out, times `factor`.
@@ -185,6 +206,7 @@ void DecodeChunk(const Step& s, const AttentionMath& math, const Unit& u, const 
     cm.decode_scores(query, H, g, keys + run.offset, s.slot_stride, static_cast<int>(run.count), D,
                      S + (run.position - u.begin) * padded, padded, ahead, values + run.offset);
   }
+  s.Softcap(S, n * padded);
   math.softmax_columns(S, static_cast<int>(n), padded, padded, maxes, sums);
   const bool alone = u.partial < 0;
   float* slot = alone ? nullptr : partials + u.partial * H * (D + 2);
@@ -195,7 +217,7 @@ void DecodeChunk(const Step& s, const AttentionMath& math, const Unit& u, const 
                          static_cast<int>(run.count), D, o);
   for (int h = 0; h < H; ++h) {
     if (alone) {
-      const float inv = 1.0f / sums[h];
+      const float inv = s.Normalizer(h, maxes[h], sums[h]);
       for (int d = 0; d < D; ++d) o[h * D + d] *= inv;
     } else {
       slot[h] = maxes[h];
@@ -234,9 +256,11 @@ void PrefillTile(const Step& s, const AttentionMath& math, const Unit& u, const 
     const int64_t lo = s.FirstKey(position) - key_lo, hi = position - key_lo + 1;  // columns [lo, hi)
     for (int i = 0; i < g; ++i) {
       float* row = S + (tt * g + i) * stride;
+      s.Softcap(row + lo, hi - lo);
       float m = row[lo];
       for (int64_t j = lo + 1; j < hi; ++j) m = std::max(m, row[j]);
-      float inv = 1.0f / math.exp_shifted_sum(row + lo, static_cast<int>(hi - lo), m);
+      const float sum = math.exp_shifted_sum(row + lo, static_cast<int>(hi - lo), m);
+      const float inv = s.Normalizer(u.head * g + i, m, sum);
       for (int64_t j = 0; j < lo; ++j) row[j] = 0.0f;
       for (int64_t j = lo; j < hi; ++j) row[j] *= inv;
       for (int64_t j = hi; j < L; ++j) row[j] = 0.0f;
@@ -259,9 +283,10 @@ void MergeChunks(const Step& s, int64_t row, int64_t first_partial, int64_t chun
   for (int h = 0; h < H; ++h) {
     float M = -INFINITY;
     for (int64_t c = 0; c < chunks; ++c) M = std::max(M, partials[(first_partial + c) * slot_floats + h]);
+    if (s.sink != nullptr) M = std::max(M, s.sink[h]);
     float* o = out + h * D;
     std::memset(o, 0, sizeof(float) * D);
-    float denominator = 0.0f;
+    float denominator = s.sink != nullptr ? std::exp(s.sink[h] - M) : 0.0f;
     for (int64_t c = 0; c < chunks; ++c) {
       const float* slot = partials + (first_partial + c) * slot_floats;
       const float w = std::exp(slot[h] - M);
@@ -274,8 +299,8 @@ void MergeChunks(const Step& s, int64_t row, int64_t first_partial, int64_t chun
   }
 }
 
-Step CheckedStep(KernelCall& call, int heads, int kv_heads, float scale, bool rotary, bool interleaved, int window,
-                 Tensor* key_cache_in, Tensor* value_cache_in) {
+Step CheckedStep(KernelCall& call, int heads, int kv_heads, float scale, float softcap, bool rotary, bool interleaved,
+                 int window, Tensor* key_cache_in, Tensor* value_cache_in) {
   Step s;
   Tensor query = call.Input(0), key = call.Input(1), value = call.Input(2);
   Tensor key_cache = call.Input(3), value_cache = call.Input(4);
@@ -309,6 +334,14 @@ Step CheckedStep(KernelCall& call, int heads, int kv_heads, float scale, bool ro
   s.slot_stride = static_cast<int64_t>(kv_heads) * s.head_dim;
   s.block_stride = s.block_size * s.slot_stride;
   s.window = window;
+  s.softcap = softcap;
+  Tensor sink = call.Input(12);
+  if (sink.present()) {
+    RequireTensor(sink, "head_sink", kFloat, 1);
+    Require(sink.dim(0) == heads, "head_sink " + sink.ShapeText() + " must have num_heads (" + std::to_string(heads) +
+                                      ") entries");
+    s.sink = sink.as<float>();
+  }
   s.scale = scale > 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   s.interleaved = interleaved;
   const int64_t D = s.head_dim;
@@ -475,7 +508,7 @@ void Attend(KernelCall& call, const Step& s, const AttentionMath& math) {
 
 void PagedGroupQueryAttention::Compute(KernelCall& call) {
   Tensor key_cache_in, value_cache_in;
-  Step s = CheckedStep(call, num_heads_, kv_num_heads_, scale_, do_rotary_, rotary_interleaved_, window_,
+  Step s = CheckedStep(call, num_heads_, kv_num_heads_, scale_, softcap_, do_rotary_, rotary_interleaved_, window_,
                        &key_cache_in, &value_cache_in);
   Tensor out = call.Output(0, s.output_shape);
   Tensor present_key = call.Output(1, key_cache_in.shape);
