@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention_math.h"
@@ -17,14 +18,14 @@ using namespace ortapi;
 const InputSpec PagedGroupQueryAttentionFloatCache::kInputs[] = {
     {kFloat, false}, {kFloat, true},  {kFloat, true},  {kFloat, false}, {kFloat, false},
     {kInt32, false}, {kInt32, false}, {kInt32, false}, {kFloat, true},  {kFloat, true},
-    {kFloat, true},  {kFloat16, true}, {kFloat, true},
+    {kFloat, true},  {kFloat16, true}, {kFloat, true},  {kFloat, true},  {kFloat, true},
 };
 const OutputSpec PagedGroupQueryAttentionFloatCache::kOutputs[] = {{kFloat, false}, {kFloat, false}, {kFloat, false}};
 
 const InputSpec PagedGroupQueryAttentionHalfCache::kInputs[] = {
     {kFloat, false}, {kFloat, true},  {kFloat, true},  {kFloat16, false}, {kFloat16, false},
     {kInt32, false}, {kInt32, false}, {kInt32, false}, {kFloat, true},    {kFloat, true},
-    {kFloat, true},  {kFloat16, true},   {kFloat, true},
+    {kFloat, true},  {kFloat16, true},   {kFloat, true},  {kFloat, true},  {kFloat, true},
 };
 const OutputSpec PagedGroupQueryAttentionHalfCache::kOutputs[] = {
     {kFloat, false}, {kFloat16, false}, {kFloat16, false}};
@@ -46,6 +47,9 @@ PagedGroupQueryAttention::PagedGroupQueryAttention(const KernelInfo& info) {
   window_ = window > 0 ? static_cast<int>(window) : 0;
   softcap_ = info.Float("softcap", 0.0f);
   Require(std::isfinite(softcap_) && softcap_ >= 0.0f, "softcap must be finite and >= 0 (0: none)");
+  rope_switch_length_ = info.Int("rope_switch_length", 0);
+  Require(rope_switch_length_ >= 0, "rope_switch_length must be >= 0 (0: one pair of RoPE tables), got " +
+                                        std::to_string(rope_switch_length_));
 }
 
 namespace {
@@ -84,6 +88,11 @@ struct Step {
   int64_t q_stride = 0, k_stride = 0, v_stride = 0;
   const float* cos = nullptr;
   const float* sin = nullptr;
+  // LongRoPE: a row longer than rope_switch positions (past + this step's tokens) rotates with the
+  // long tables; 0: one pair of tables for every row.
+  int64_t rope_switch = 0;
+  const float* cos_long = nullptr;
+  const float* sin_long = nullptr;
   bool half_cache = false;   // the caches hold Half (float16) values, else float
   void* key_cache = nullptr;
   void* value_cache = nullptr;
@@ -122,15 +131,22 @@ struct Step {
   }
 };
 
-// x (D floats) rotated at `position` into out, times `factor`.
-void Rotate(const Step& s, const float* x, int64_t position, float factor, float* out) {
+// The RoPE tables row `row` rotates with (cos, sin).
+std::pair<const float*, const float*> RopeTables(const Step& s, int64_t row) {
+  const bool long_tables = s.rope_switch > 0 && int64_t{s.past[row]} + (s.cu[row + 1] - s.cu[row]) > s.rope_switch;
+  return long_tables ? std::make_pair(s.cos_long, s.sin_long) : std::make_pair(s.cos, s.sin);
+}
+
+// x (D floats) rotated at `position` with tables (cos, sin) into out, times `factor`.
+void Rotate(const Step& s, const float* x, int64_t position, const std::pair<const float*, const float*>& tables,
+            float factor, float* out) {
   const int D = s.head_dim, half = s.rotary_half;
   if (half == 0) {
     for (int d = 0; d < D; ++d) out[d] = x[d] * factor;
     return;
   }
-  const float* c = s.cos + position * half;
-  const float* n = s.sin + position * half;
+  const float* c = tables.first + position * half;
+  const float* n = tables.second + position * half;
   if (s.interleaved) {
     for (int i = 0; i < half; ++i) {
       float a = x[2 * i], b = x[2 * i + 1];
@@ -300,7 +316,7 @@ void MergeChunks(const Step& s, int64_t row, int64_t first_partial, int64_t chun
 }
 
 Step CheckedStep(KernelCall& call, int heads, int kv_heads, float scale, float softcap, bool rotary, bool interleaved,
-                 int window, Tensor* key_cache_in, Tensor* value_cache_in) {
+                 int window, int64_t rope_switch, Tensor* key_cache_in, Tensor* value_cache_in) {
   Step s;
   Tensor query = call.Input(0), key = call.Input(1), value = call.Input(2);
   Tensor key_cache = call.Input(3), value_cache = call.Input(4);
@@ -424,6 +440,21 @@ Step CheckedStep(KernelCall& call, int heads, int kv_heads, float scale, float s
     s.rotary_half = static_cast<int>(cos.dim(1));
     s.cos = cos.as<float>();
     s.sin = sin.as<float>();
+    Tensor cos_long = call.Input(13), sin_long = call.Input(14);
+    Require(cos_long.present() == (rope_switch > 0) && sin_long.present() == (rope_switch > 0),
+            "cos_cache_long and sin_cache_long are given exactly when rope_switch_length > 0");
+    if (rope_switch > 0) {
+      RequireTensor(cos_long, "cos_cache_long", kFloat, 2);
+      RequireTensor(sin_long, "sin_cache_long", kFloat, 2);
+      Require(cos_long.shape == cos.shape && sin_long.shape == cos.shape,
+              "cos_cache_long " + cos_long.ShapeText() + " and sin_cache_long " + sin_long.ShapeText() +
+                  " must have cos_cache's shape " + cos.ShapeText());
+      s.rope_switch = rope_switch;
+      s.cos_long = cos_long.as<float>();
+      s.sin_long = sin_long.as<float>();
+    }
+  } else {
+    Require(rope_switch == 0, "rope_switch_length needs do_rotary");
   }
   *key_cache_in = key_cache;
   *value_cache_in = value_cache;
@@ -445,10 +476,12 @@ void Attend(KernelCall& call, const Step& s, const AttentionMath& math) {
     const int64_t begin = static_cast<int64_t>(group) * kPrefillTile, end = std::min(s.tokens, begin + kPrefillTile);
     for (int64_t t = begin; t < end; ++t) {
       const int64_t r = token_row[t], position = s.past[r] + (t - s.cu[r]);
-      for (int h = 0; h < H; ++h) Rotate(s, s.q + t * s.q_stride + h * D, position, s.scale, rotated + (t * H + h) * D);
+      const auto tables = RopeTables(s, r);
+      for (int h = 0; h < H; ++h)
+        Rotate(s, s.q + t * s.q_stride + h * D, position, tables, s.scale, rotated + (t * H + h) * D);
       const int64_t slot = s.Offset(r, position);
       for (int h = 0; h < s.kv_heads; ++h) {
-        Rotate(s, s.k + t * s.k_stride + h * D, position, 1.0f, key);
+        Rotate(s, s.k + t * s.k_stride + h * D, position, tables, 1.0f, key);
         cm.store(key, D, s.Keys<T>() + slot + h * D);
         cm.store(s.v + t * s.v_stride + h * D, D, s.Values<T>() + slot + h * D);
       }
@@ -509,7 +542,7 @@ void Attend(KernelCall& call, const Step& s, const AttentionMath& math) {
 void PagedGroupQueryAttention::Compute(KernelCall& call) {
   Tensor key_cache_in, value_cache_in;
   Step s = CheckedStep(call, num_heads_, kv_num_heads_, scale_, softcap_, do_rotary_, rotary_interleaved_, window_,
-                       &key_cache_in, &value_cache_in);
+                       rope_switch_length_, &key_cache_in, &value_cache_in);
   Tensor out = call.Output(0, s.output_shape);
   Tensor present_key = call.Output(1, key_cache_in.shape);
   Tensor present_value = call.Output(2, value_cache_in.shape);

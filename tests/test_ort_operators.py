@@ -56,7 +56,7 @@ def test_the_library_registers_the_oga_domain_and_picks_its_loops():
 
 def _attention_session(heads, kv_heads, head_dim, block_size, packed=True, rotary=True, window=-1, interleaved=0,
                        offsets=False, threads=2, name="attention", fixed_cache_shape=True, half_cache=False,
-                       softcap=0.0, sink=False):
+                       softcap=0.0, sink=False, rope_switch=0):
     inputs = [_value("query", TensorProto.FLOAT, ["N", "W"])]
     names = ["query", "", ""]
     if not packed:
@@ -69,19 +69,23 @@ def _attention_session(heads, kv_heads, head_dim, block_size, packed=True, rotar
     inputs += [_value("table", TensorProto.INT32, ["B", "M"]), _value("cu", TensorProto.INT32, ["B1"]),
                _value("past", TensorProto.INT32, ["B"])]
     names += ["kc", "vc", "table", "cu", "past"]
-    if rotary or offsets or sink:
+    if rotary or offsets or sink or rope_switch:
         inputs += [_value("cos", TensorProto.FLOAT, ["P", "R"]), _value("sin", TensorProto.FLOAT, ["P", "R"])]
         names += ["cos", "sin"] if rotary else ["", ""]
-    if offsets or sink:
+    if offsets or sink or rope_switch:
         inputs += [_value("offset_input", TensorProto.FLOAT, ["N", "K"]),
                    _value("offset_weights", TensorProto.FLOAT16, ["KB", "W"])] if offsets else []
         names += ["offset_input", "offset_weights"] if offsets else ["", ""]
-    if sink:
-        inputs.append(_value("sink", TensorProto.FLOAT, [heads]))
-        names.append("sink")
+    if sink or rope_switch:
+        inputs += [_value("sink", TensorProto.FLOAT, [heads])] if sink else []
+        names.append("sink" if sink else "")
+    if rope_switch:
+        inputs += [_value("cos_long", TensorProto.FLOAT, ["P", "R"]), _value("sin_long", TensorProto.FLOAT, ["P", "R"])]
+        names += ["cos_long", "sin_long"]
     node = helper.make_node("PagedGroupQueryAttention", names, ["out", "pk", "pv"], name=name, domain="oga",
                             num_heads=heads, kv_num_heads=kv_heads, do_rotary=int(rotary),
-                            local_window_size=window, rotary_interleaved=interleaved, softcap=float(softcap))
+                            local_window_size=window, rotary_interleaved=interleaved, softcap=float(softcap),
+                            rope_switch_length=int(rope_switch))
     outputs = [_value("out", TensorProto.FLOAT, ["N", heads * head_dim])] + [
         _value(n, cache_type, cache) for n in ("pk", "pv")]
     return _session([node], inputs, outputs, threads=threads)
@@ -101,11 +105,12 @@ def _rope(x, positions, cos, sin, interleaved):
 
 
 def _attention_reference(q, k, v, key_cache, value_cache, table, cu, past, cos, sin, heads, kv_heads, window,
-                         interleaved, softcap=0.0, sink=None):
+                         interleaved, softcap=0.0, sink=None, long_rope=None):
     """Token t of row r at position p = past[r] + t - cu[r] writes its (rotated) key and value to
     block table[r][p // block_size], slot p % block_size, then attends to positions 0..p of its row
     (the last `window` of them when windowed), in float64; scores capped by softcap * tanh(s /
-    softcap), and head h's sink logit in each softmax's denominator."""
+    softcap), and head h's sink logit in each softmax's denominator. long_rope (switch, cos, sin):
+    the rows longer than `switch` after the step rotate with those tables."""
     key_cache, value_cache = key_cache.copy(), value_cache.copy()
     block_size, D = key_cache.shape[1], key_cache.shape[3]
     group = heads // kv_heads
@@ -115,7 +120,13 @@ def _attention_reference(q, k, v, key_cache, value_cache, table, cu, past, cos, 
     row_of = np.repeat(np.arange(len(past)), np.diff(cu))
     positions = past[row_of] + np.arange(n) - cu[row_of]
     if cos is not None:
-        q, k = _rope(q, positions, cos, sin, interleaved), _rope(k, positions, cos, sin, interleaved)
+        rotated_q, rotated_k = _rope(q, positions, cos, sin, interleaved), _rope(k, positions, cos, sin, interleaved)
+        if long_rope is not None:
+            switch, cos_long, sin_long = long_rope
+            long_rows = (past + np.diff(cu) > switch)[row_of]
+            rotated_q[long_rows] = _rope(q, positions, cos_long, sin_long, interleaved)[long_rows]
+            rotated_k[long_rows] = _rope(k, positions, cos_long, sin_long, interleaved)[long_rows]
+        q, k = rotated_q, rotated_k
     k, v = k.astype(key_cache.dtype), v.astype(value_cache.dtype)        # a float16 cache rounds them
     for t in range(n):
         r, p = row_of[t], positions[t]
@@ -140,9 +151,10 @@ def _attention_reference(q, k, v, key_cache, value_cache, table, cu, past, cos, 
 
 def _attention_case(rng, heads, kv_heads, D, block_size, query_lengths, pasts, packed=True, rotary=True, window=-1,
                     interleaved=0, alias=True, offsets=False, threads=2, half_cache=False, softcap=0.0, sink=None,
-                    rotary_dims=None):
+                    rotary_dims=None, rope_switch=0):
     session = _attention_session(heads, kv_heads, D, block_size, packed, rotary, window, interleaved, offsets,
-                                 threads, half_cache=half_cache, softcap=softcap, sink=sink is not None)
+                                 threads, half_cache=half_cache, softcap=softcap, sink=sink is not None,
+                                 rope_switch=rope_switch)
     cache_dtype = np.float16 if half_cache else np.float32
     cu = np.concatenate([[0], np.cumsum(query_lengths)]).astype(np.int32)
     n = int(cu[-1])
@@ -163,6 +175,11 @@ def _attention_case(rng, heads, kv_heads, D, block_size, query_lengths, pasts, p
     if sink is not None:
         sink = np.asarray(sink, np.float32)
         feeds["sink"] = sink
+    long_rope = None
+    if rope_switch:
+        long_angles = angles / 4.0 + 0.1      # any other table: the rows past the switch must use it
+        long_rope = (rope_switch, np.cos(long_angles).astype(np.float32), np.sin(long_angles).astype(np.float32))
+        feeds.update(cos_long=long_rope[1], sin_long=long_rope[2])
     if packed:
         feeds["query"] = np.concatenate([q, k, v], axis=1)
     else:
@@ -178,7 +195,7 @@ def _attention_case(rng, heads, kv_heads, D, block_size, query_lengths, pasts, p
         q, k, v = np.split(corrected, [heads * D, (heads + kv_heads) * D], axis=1)
     expected, expected_k, expected_v = _attention_reference(
         q, k, v, key_cache, value_cache, table, cu, past, cos if rotary else None, sin, heads, kv_heads, window,
-        interleaved, softcap, sink)
+        interleaved, softcap, sink, long_rope)
     kc, vc = key_cache.copy(), value_cache.copy()
     binding = session.io_binding()
     for name, array in feeds.items():
@@ -243,6 +260,11 @@ ATTENTION_CASES = {
     # sink logits above, within and below the scores' range; a long decode row merges key chunks
     "sink": dict(heads=4, kv_heads=2, D=32, block_size=8, query_lengths=[7, 1, 19, 1], pasts=[40, 90, 3, 1500],
                  sink=[9.0, 0.5, -0.3, -40.0]),
+    # rows ending at, just past and far past the switch (past + tokens vs 45), prefill and decode
+    "long-rope": dict(heads=4, kv_heads=2, D=32, block_size=8, query_lengths=[5, 1, 6, 1, 30],
+                      pasts=[40, 44, 40, 45, 0], rope_switch=45),
+    "long-rope-interleaved-partial": dict(heads=4, kv_heads=2, D=32, block_size=8, query_lengths=[5, 1, 6],
+                                          pasts=[40, 44, 40], rope_switch=45, interleaved=1, rotary_dims=16),
     "sink-window-softcap": dict(heads=4, kv_heads=2, D=32, block_size=8, query_lengths=[7, 1, 19, 1],
                                 pasts=[40, 90, 3, 1500], sink=[2.0, 0.5, -0.3, -4.0], window=12, softcap=1.5),
 }
