@@ -207,12 +207,18 @@ def _long_rope(graph, attention, name: str) -> dict | None:
 
 def _replace_long_rope(graph, rope: dict):
     """The If's outputs become initializers (the short tables under the If's output names, the long
-    ones beside them); returns {short table name: long table name}."""
+    ones beside them); returns {short table name: long table name}. The builder's short tables hold
+    only the positions below the switch, the only ones a row that uses them reaches (its length is at
+    most the switch); they are padded with zeros to the long tables' length, which the operator wants."""
+    import numpy as np
     from onnx import numpy_helper
     pairs = {}
     for output, short, long in zip(rope["node"].output, rope["short"], rope["long"]):
-        if short.shape != long.shape:
-            raise ConversionError(f"LongRoPE tables '{output}' differ in shape ({short.shape} vs {long.shape})")
+        if short.ndim != 2 or long.ndim != 2 or short.shape[1] != long.shape[1] or \
+                not rope["switch"] <= short.shape[0] <= long.shape[0]:
+            raise ConversionError(f"LongRoPE tables '{output}' of shapes {short.shape} (short) and {long.shape} "
+                                  f"(long) do not cover {rope['switch']} positions with the short one")
+        short = np.concatenate([short, np.zeros((long.shape[0] - short.shape[0], short.shape[1]), short.dtype)])
         graph.initializer.append(numpy_helper.from_array(short, output))
         graph.initializer.append(numpy_helper.from_array(long, output + "/long"))
         pairs[output] = output + "/long"
