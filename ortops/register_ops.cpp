@@ -8,6 +8,7 @@
 #include "attention_math.h"
 #include "library_state.h"
 #include "logits_head.h"
+#include "packed_causal_conv.h"
 #include "paged_attention.h"
 #include "skip_rms_norm.h"
 #include "swiglu.h"
@@ -27,7 +28,8 @@ OrtStatus* Register(const OrtApi* api, OrtSessionOptions* options) {
                              ortops::OpDescriptor<ortops::PagedGroupQueryAttentionHalfCache>::Get(),
                              ortops::OpDescriptor<ortops::SkipRMSNorm>::Get(),
                              ortops::OpDescriptor<ortops::SwiGlu>::Get(),
-                             ortops::OpDescriptor<ortops::LogitsHead>::Get()};
+                             ortops::OpDescriptor<ortops::LogitsHead>::Get(),
+                             ortops::OpDescriptor<ortops::PackedCausalConv>::Get()};
   for (const OrtCustomOp* op : ops) {
     if (OrtStatus* status =
             Entry<OrtStatus* (*)(OrtCustomOpDomain*, const OrtCustomOp*)>(api, kCustomOpDomainAdd)(domain, op)) {

@@ -27,12 +27,9 @@ import oga as og
 from architecture_models import ARCHITECTURES, LONGROPE_ORIGINAL, VOCAB_SIZE, WINDOW, architecture_dir
 from greedy_runs import begin_all, drain, equal_up_to_a_near_tie
 from oga import testing
-from oga.models import ConversionError, convert
+from oga.models import convert
 
-CONVERTED = [(name, precision) for name, recipe in ARCHITECTURES.items() if not recipe.has_conv_layers
-             for precision in recipe.precisions]
-NOT_YET = [(name, precision) for name, recipe in ARCHITECTURES.items() if recipe.has_conv_layers
-           for precision in recipe.precisions]
+CONVERTED = [(name, precision) for name, recipe in ARCHITECTURES.items() for precision in recipe.precisions]
 MAX_NEW = 12
 CONTINUATION = [11, 12, 13]
 # The tiny int4 builds' logits spread over ~10-20; their int8 activation rounding moves them by
@@ -147,9 +144,35 @@ def test_converted_architecture_under_preemption(tmp_path_factory, tmp_path, exp
     assert testing.engine_counters(engine)["preemptions"] > 0
 
 
-@pytest.mark.parametrize("name, precision", NOT_YET)
-def test_convolution_layers_are_refused_and_nothing_is_written(tmp_path_factory, tmp_path, name, precision):
-    src = architecture_dir(tmp_path_factory, name, precision)
-    with pytest.raises(ConversionError, match=r"no counterpart for: past\.0\.conv, past\.2\.conv"):
-        convert(src, tmp_path / "paged")
-    assert os.listdir(tmp_path) == []
+@pytest.mark.parametrize("name", [n for n, recipe in ARCHITECTURES.items() if recipe.has_conv_layers])
+def test_converted_convolution_layers_with_prefix_caching(tmp_path_factory, tmp_path, name):
+    """LFM2's short-convolution layers keep their state in the engine's fixed-state pool, so a
+    request whose prompt shares whole blocks with an earlier one starts from the cached blocks and the
+    convolution state checkpointed at their end (a prefill chunk ended there): its cached prompt tokens count, and its tokens are
+    still 0.18's for the whole prompt."""
+    src = architecture_dir(tmp_path_factory, name, "fp32")
+    # steps of 16 tokens: prefill chunks end on block boundaries, where the engine checkpoints the state
+    dst = convert(src, tmp_path / "paged", max_batch_size=4, context_length=128, max_scheduled_tokens=16)
+    decoder = json.load(open(os.path.join(dst, "genai_config.json")))["model"]["decoder"]
+    assert {"kind": "fixed_conv", "layer_ids": [0, 2]} in decoder["state_groups"]
+    long = _prompts()[1]
+    engine = og.Engine(og.Model(str(dst)))
+    usages = []
+    for prompt in (long, long[:32] + [7, 8, 9]):
+        request = engine.create_request()
+        options = og.TurnOptions(request)
+        options.set_max_generated_tokens(MAX_NEW)
+        request.begin_turn(np.asarray(prompt, np.int32), options)
+        tokens, buffer = [], engine.create_event_buffer(16)
+        while engine.has_pending_requests():
+            for event in engine.run(buffer):
+                assert not event.flags & og.EngineEventFlags.FAILED, event.error_code
+                if event.flags & og.EngineEventFlags.TOKEN:
+                    tokens.append(event.token)
+                usage = event.usage
+                last_usage = (usage.prompt_tokens, usage.cached_prompt_tokens)
+        usages.append(last_usage)
+        assert tokens == _generator_018(src, prompt, MAX_NEW)
+        request.close()
+    assert usages[0] == (len(long), 0)
+    assert usages[1] == (35, 32)     # two whole blocks of 16 came from the cache

@@ -25,6 +25,11 @@ carried as it is, whatever its operator:
   layer has the same window and a ring of blocks per request (chunk + window - 1 positions) is
   smaller than the context, those layers keep their KV in a ring (`block_table_windowed`,
   model.decoder.sliding_window, search.chunk_size; prefix caching then stays off, as in 0.18);
+- short-convolution layers (LFM2, LFM2-MoE): every com.microsoft.CausalConvWithState becomes
+  oga.PackedCausalConv with the same kernel and bias over packed rows, each row continuing from its own
+  state; the states (`past_conv` / `present_conv`, [batch_size, channels, kernel - 1]) become a
+  `fixed_conv` state group, which the engine keeps per request in its fixed-state pool (checkpointed
+  for prefix caching, recomputed on preemption);
 - the packed token layout: input_ids (and position_ids, for graphs that rotate outside attention)
   become packed [num_tokens], seen by the graph as [1, num_tokens] (one Unsqueeze each), so every
   token-wise node runs unchanged over all rows' tokens;
@@ -38,7 +43,7 @@ carried as it is, whatever its operator:
   engine.dynamic_batching; every other file (tokenizer, chat template) is copied.
 
 What cannot be converted is refused before anything is written, naming the node, its op and why: a
-graph input with no paged counterpart (a convolution layer's state), an operator that mixes tokens
+graph input with no paged counterpart, an operator that mixes tokens
 along the sequence (its packed rows would mix too), GroupQueryAttention with an attention bias or an
 attribute the paged operator lacks, an attention_mask used by anything else, logits that do not come
 out of an LM head. The result needs oga's operator library (oga's executor registers it;
@@ -72,6 +77,9 @@ CARRIED_ATTRIBUTES = ("num_heads", "kv_num_heads", "scale", "do_rotary", "rotary
                       "softcap")
 # Attributes that say how 0.18 lays out its contiguous caches, which the paged caches replace.
 CACHE_LAYOUT_ATTRIBUTES = ("sliding_window_cache",)
+# com.microsoft.CausalConvWithState attributes and the values a packed convolution implements.
+CONV_ATTRIBUTES = {"ndim": 1, "dilation": 1, "state_window": 0, "channels_last": 0, "state_update_capacity": 0}
+CONV_ACTIVATIONS = {b"none": 0, b"silu": 1, b"swish": 1}
 # Operators allowed between the LM head and the logits output: each maps a row of logits to a row.
 LOGITS_ROW_OPS = {"Mul", "Div", "Add", "Sub", "Tanh", "Cast", "Identity", "Softcap"}
 LM_HEAD_OPS = {"MatMul", "MatMulNBits", "Gemm"}
@@ -142,13 +150,23 @@ class _Names:
         if self.logits not in graph_outputs:
             raise ConversionError(f"{name}: the graph has no output '{self.logits}' (genai_config.json names it)")
         self.has_position_ids = self.position_ids in graph_inputs
-        known = {self.input_ids, self.attention_mask, *self.past} | ({self.position_ids} if self.has_position_ids
-                                                                      else set())
+        # short-convolution layers (LFM2): a fixed-size state per request, past_conv / present_conv
+        self.conv_layers, self.conv_past = [], {}
+        past_conv, present_conv = inputs.get("past_conv_names"), outputs.get("present_conv_names")
+        if past_conv and present_conv:
+            for i in range(layers):
+                if past_conv % i in graph_inputs:
+                    if present_conv % i not in graph_outputs:
+                        raise ConversionError(f"{name}: the graph has no output '{present_conv % i}' "
+                                              "(genai_config.json names it)")
+                    self.conv_layers.append(i)
+                    self.conv_past[past_conv % i] = i
+        known = {self.input_ids, self.attention_mask, *self.past, *self.conv_past} | (
+            {self.position_ids} if self.has_position_ids else set())
         extra = sorted(set(graph_inputs) - known)
         if extra:
             raise ConversionError(f"{name}: the graph takes inputs the paged contract has no counterpart for: "
-                                  f"{', '.join(extra)} (state of layers that are not attention, such as "
-                                  "convolution layers, is not converted yet)")
+                                  f"{', '.join(extra)}")
 
 
 def _constant_tensors(graph) -> dict:
@@ -264,6 +282,31 @@ def _convert_attention(node, names: _Names, name: str, ring_layers: set, rope_pa
     return helper.make_node("PagedGroupQueryAttention", paged, list(node.output), name=node.name, domain=OGA, **kept)
 
 
+def _convert_convolution(node, names: _Names, name: str):
+    """The oga.PackedCausalConv node that replaces CausalConvWithState `node`: the same input, kernel
+    and bias over packed rows, each row continuing from its own state (a fixed_conv state group)."""
+    from onnx import helper
+
+    attrs = _attributes(node)
+    for key, value in attrs.items():
+        if key == "activation":
+            if value not in CONV_ACTIVATIONS:
+                raise ConversionError(f"{name}: {_node_text(node)} has activation {value!r}, which "
+                                      "oga.PackedCausalConv does not implement")
+        elif key not in CONV_ATTRIBUTES or int(value) != CONV_ATTRIBUTES[key]:
+            raise ConversionError(f"{name}: {_node_text(node)} has {key} {value}, which oga.PackedCausalConv "
+                                  "does not implement")
+    inputs = list(node.input) + [""] * (4 - len(node.input))
+    if len(node.input) > 4 or inputs[3] not in names.conv_past:
+        raise ConversionError(f"{name}: {_node_text(node)} does not read its layer's state from a past_conv "
+                              "graph input")
+    outputs = list(node.output)
+    if len(outputs) > 2 and outputs[2]:
+        raise ConversionError(f"{name}: {_node_text(node)} writes a state update, which has no paged counterpart")
+    return helper.make_node("PackedCausalConv", inputs[:4] + ["cumulative_sequence_lengths"], outputs[:2],
+                            name=node.name, domain=OGA, silu=CONV_ACTIVATIONS[attrs.get("activation", b"none")])
+
+
 def _pack(graph, name: str):
     """Graph input `name` becomes packed [num_tokens]: its readers see it as [1, num_tokens]."""
     from onnx import TensorProto, helper
@@ -357,6 +400,7 @@ class ConvertedGraph:
     """What convert_graph made, for genai_config.json."""
     model: object                 # the ModelProto
     attention_layers: list        # layer ids with paged KV
+    conv_layers: list             # layer ids with a fixed-size convolution state
     position_ids: bool            # the graph takes packed position_ids
     ring_layers: set              # layers whose KV lives in a sliding-window ring
     window: int | None            # the ring layers' window
@@ -388,6 +432,12 @@ def convert_graph(model, decoder: dict, *, block_size: int, name: str = "model.o
     for node in attention:
         node.CopyFrom(_convert_attention(node, names, name, ring_layers, rope_pairs,
                                          rope["switch"] if rope else 0))
+    convolutions = [n for n in graph.node if n.op_type == "CausalConvWithState" and n.domain == MS]
+    if len(convolutions) != len(names.conv_layers):
+        raise ConversionError(f"{name}: {len(convolutions)} CausalConvWithState nodes for "
+                              f"{len(names.conv_layers)} layers with a past_conv state")
+    for node in convolutions:
+        node.CopyFrom(_convert_convolution(node, names, name))
 
     _pack(graph, names.input_ids)
     if names.has_position_ids:
@@ -418,18 +468,21 @@ def convert_graph(model, decoder: dict, *, block_size: int, name: str = "model.o
     for past in names.past:
         elem = graph_inputs[past].type.tensor_type.elem_type
         new_inputs.append(helper.make_tensor_value_info(past, elem, cache))
+    conv_presents = [o for o in graph.output if o.name in {decoder["outputs"]["present_conv_names"] % i
+                                                           for i in names.conv_layers}]
+    new_inputs += [graph_inputs[past] for past in names.conv_past]     # [batch_size, C, K-1], as they were
     del graph.input[:]
     graph.input.extend(new_inputs)
     logits = helper.make_tensor_value_info(names.logits, graph_outputs[names.logits].type.tensor_type.elem_type,
                                            ["batch_size", vocab.dim_value or vocab.dim_param])
     outputs = [logits] + [helper.make_tensor_value_info(p, graph_outputs[p].type.tensor_type.elem_type, cache)
-                          for p in names.present]
+                          for p in names.present] + conv_presents
     del graph.output[:]
     graph.output.extend(outputs)
     del graph.value_info[:]     # the builder's shape hints describe the contiguous layout
     if not any(o.domain == OGA for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(OGA, 1))
-    return ConvertedGraph(model, names.layers, names.has_position_ids, ring_layers, window)
+    return ConvertedGraph(model, names.layers, names.conv_layers, names.has_position_ids, ring_layers, window)
 
 
 def _remove_dead_nodes(graph):
@@ -452,8 +505,8 @@ def _remove_dead_nodes(graph):
 
 def convert_config(config: dict, *, block_size: int, num_blocks: int | None, max_batch_size: int,
                    max_scheduled_tokens: int, context_length: int | None, rope_positions: int | None,
-                   attention_layers: list, position_ids: bool = False, ring_layers=(), window: int | None = None,
-                   chunk_size: int | None = None) -> dict:
+                   attention_layers: list, conv_layers=(), position_ids: bool = False, ring_layers=(),
+                   window: int | None = None, chunk_size: int | None = None) -> dict:
     """genai_config.json of the converted directory."""
     config = json.loads(json.dumps(config))
     model, search = config["model"], config.setdefault("search", {})
@@ -474,6 +527,8 @@ def convert_config(config: dict, *, block_size: int, num_blocks: int | None, max
         "past_key_names": inputs["past_key_names"],
         "past_value_names": inputs["past_value_names"],
     }
+    if conv_layers:
+        decoder["inputs"]["past_conv_names"] = inputs["past_conv_names"]
     if position_ids:
         decoder["inputs"]["position_ids"] = inputs.get("position_ids", "position_ids")
     # 0.18's contiguous sliding-window cache layout does not apply to paged caches; a ring replaces it
@@ -483,6 +538,8 @@ def convert_config(config: dict, *, block_size: int, num_blocks: int | None, max
         decoder["sliding_window"] = {"window_size": int(window), "layers": sorted(ring_layers)}
         search["chunk_size"] = int(chunk_size)
     decoder["state_groups"] = [{"kind": "paged_kv", "layer_ids": list(attention_layers)}]
+    if conv_layers:
+        decoder["state_groups"].append({"kind": "fixed_conv", "layer_ids": list(conv_layers)})
     search["past_present_share_buffer"] = True
     config.setdefault("engine", {})["dynamic_batching"] = {
         "block_size": int(block_size), "max_batch_size": int(max_batch_size),
@@ -549,6 +606,7 @@ def convert(src, dst, *, block_size: int = cfg.CPU_BLOCK_SIZE, num_blocks: int |
     converted = convert_config(config, block_size=block_size, num_blocks=num_blocks, max_batch_size=max_batch_size,
                                max_scheduled_tokens=max_scheduled_tokens, context_length=length,
                                rope_positions=rope_positions, attention_layers=graph.attention_layers,
+                               conv_layers=graph.conv_layers,
                                position_ids=graph.position_ids, ring_layers=graph.ring_layers, window=graph.window,
                                chunk_size=chunk)
 
