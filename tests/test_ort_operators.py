@@ -539,3 +539,80 @@ def test_logits_head_errors():
     with pytest.raises(Exception, match=r"oga\.LogitsHead node 'lm': weight must be a constant initializer"):
         _session([node], [_value("x", TensorProto.FLOAT, ["R", 8]), _value("weight", TensorProto.FLOAT, [40, 8])],
                  [_value("logits", TensorProto.FLOAT, ["R", 40])])
+
+
+# ------------------------------------------------------------------------------------------------
+# PackedCausalConv
+
+def _causal_conv_with_state_session(activation):
+    """ONNX Runtime's own com.microsoft.CausalConvWithState (one sequence per batch row)."""
+    inputs = [_value("x", TensorProto.FLOAT, [1, "C", "L"]), _value("w", TensorProto.FLOAT, ["C", 1, "K"]),
+              _value("b", TensorProto.FLOAT, ["C"]), _value("state", TensorProto.FLOAT, [1, "C", "S"])]
+    node = helper.make_node("CausalConvWithState", ["x", "w", "b", "state"], ["y", "present"], domain="com.microsoft",
+                            ndim=1, activation=activation)
+    outputs = [_value("y", TensorProto.FLOAT, [1, "C", "L"]), _value("present", TensorProto.FLOAT, [1, "C", "S"])]
+    graph = helper.make_graph([node], "conv", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def _packed_conv_session(silu, bias=True):
+    inputs = [_value("x", TensorProto.FLOAT, [1, "C", "N"]), _value("w", TensorProto.FLOAT, ["C", 1, "K"])]
+    inputs += [_value("b", TensorProto.FLOAT, ["C"])] if bias else []
+    inputs += [_value("state", TensorProto.FLOAT, ["B", "C", "S"]), _value("cu", TensorProto.INT32, ["B1"])]
+    node = helper.make_node("PackedCausalConv", ["x", "w", "b" if bias else "", "state", "cu"], ["y", "present"],
+                            domain="oga", name="conv", silu=int(silu))
+    outputs = [_value("y", TensorProto.FLOAT, [1, "C", "N"]), _value("present", TensorProto.FLOAT, ["B", "C", "S"])]
+    return _session([node], inputs, outputs)
+
+
+@pytest.mark.parametrize("silu", [False, True])
+@pytest.mark.parametrize("lengths, taps", [([5, 1, 0, 12, 1], 3), ([1], 4), ([7, 2], 1), ([40, 3, 1], 5)])
+def test_packed_causal_conv_matches_onnx_runtime_per_row(silu, lengths, taps):
+    """Each packed row, convolved from its own state, gives what ONNX Runtime's CausalConvWithState
+    gives for that row alone, outputs and new state; a row without tokens keeps its state; the state
+    updates in place when present is bound to past."""
+    rng = np.random.default_rng(sum(lengths) * taps + silu)
+    channels = 24
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    x = rng.standard_normal((1, channels, int(cu[-1]))).astype(np.float32)
+    w = rng.standard_normal((channels, 1, taps)).astype(np.float32)
+    b = rng.standard_normal(channels).astype(np.float32)
+    state = rng.standard_normal((len(lengths), channels, taps - 1)).astype(np.float32)
+    reference = _causal_conv_with_state_session("silu" if silu else "none")
+    packed = _packed_conv_session(silu)
+    in_place = state.copy()
+    binding = packed.io_binding()
+    for name, array in (("x", x), ("w", w), ("b", b), ("state", in_place), ("cu", cu)):
+        binding.bind_cpu_input(name, array)
+    y = np.zeros_like(x)
+    binding.bind_output("y", "cpu", 0, np.float32, list(y.shape), y.ctypes.data)
+    binding.bind_output("present", "cpu", 0, np.float32, list(in_place.shape), in_place.ctypes.data)
+    packed.run_with_iobinding(binding)
+    copied_y, copied_present = packed.run(None, {"x": x, "w": w, "b": b, "state": state, "cu": cu})
+    for r, (begin, end) in enumerate(zip(cu[:-1], cu[1:])):
+        if end == begin:
+            assert np.array_equal(in_place[r], state[r]) and np.array_equal(copied_present[r], state[r])
+            continue
+        want_y, want_state = reference.run(None, {"x": x[:, :, begin:end], "w": w, "b": b, "state": state[r:r + 1]})
+        assert np.abs(y[:, :, begin:end] - want_y).max() < 1e-5
+        assert np.abs(copied_y[:, :, begin:end] - want_y).max() < 1e-5
+        assert np.array_equal(in_place[r], want_state[0]) and np.array_equal(copied_present[r], want_state[0])
+
+
+def test_packed_causal_conv_errors():
+    session = _packed_conv_session(False, bias=False)
+    x, w = np.zeros((1, 4, 3), np.float32), np.zeros((4, 1, 3), np.float32)
+    state, cu = np.zeros((2, 4, 2), np.float32), np.array([0, 1, 3], np.int32)
+    session.run(None, {"x": x, "w": w, "state": state, "cu": cu})
+    with pytest.raises(Exception, match=r"PackedCausalConv.*past_state \[2, 4, 3\] must be \[batch_size, 4, 2\]"):
+        session.run(None, {"x": x, "w": w, "state": np.zeros((2, 4, 3), np.float32), "cu": cu})
+    with pytest.raises(Exception, match=r"cumulative_sequence_lengths must end at num_tokens \(3\), got 2"):
+        session.run(None, {"x": x, "w": w, "state": state, "cu": np.array([0, 1, 2], np.int32)})
+    with pytest.raises(Exception, match=r"cumulative_sequence_lengths \[2\] must have batch_size \+ 1 \(3\) entries"):
+        session.run(None, {"x": x, "w": w, "state": state, "cu": np.array([0, 3], np.int32)})
+    with pytest.raises(Exception, match=r"weight \[4, 1, 3\] must be \[5, 1, kernel_size\]"):
+        session.run(None, {"x": np.zeros((1, 5, 3), np.float32), "w": w, "state": np.zeros((2, 5, 2), np.float32),
+                           "cu": cu})
