@@ -62,22 +62,17 @@ def _generator_018(model_dir, prompt, max_new):
 
 
 def _original_logits(model_dir, history):
-    """Last-token logits of 0.18's original graph for one history (ONNX Runtime directly, empty caches)."""
-    import onnxruntime as ort
+    """Last-token logits of 0.18's original graph for one history (0.18's Generator: it also feeds
+    the windowed caches of Gemma2 / Gemma3 / GPT-OSS as their graphs want)."""
+    import onnxruntime_genai as og18
 
-    decoder = json.load(open(os.path.join(model_dir, "genai_config.json")))["model"]["decoder"]
-    session = ort.InferenceSession(os.path.join(model_dir, "model.onnx"), providers=["CPUExecutionProvider"])
-    feeds = {}
-    for meta in session.get_inputs():
-        if meta.name == "input_ids":
-            feeds[meta.name] = np.asarray([history], np.int64)
-        elif meta.name == "attention_mask":
-            feeds[meta.name] = np.ones((1, len(history)), np.int64)
-        elif meta.name == "position_ids":
-            feeds[meta.name] = np.arange(len(history), dtype=np.int64)[None]
-        else:   # a past cache: [batch, kv_heads, 0, head_size]
-            feeds[meta.name] = np.zeros((1, decoder["num_key_value_heads"], 0, decoder["head_size"]), np.float32)
-    return session.run(["logits"], feeds)[0][0, -1]
+    model = og18.Model(str(model_dir))
+    params = og18.GeneratorParams(model)
+    # the directory's own max_length (a windowed cache must hold the window)
+    params.set_search_options(do_sample=False)
+    generator = og18.Generator(model, params)
+    generator.append_tokens(np.asarray([history], np.int32))
+    return np.asarray(generator.get_logits(), np.float32).reshape(-1)
 
 
 def _assert_same(model_dir, precision, prompts, want, have):
