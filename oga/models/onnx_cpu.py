@@ -139,16 +139,21 @@ def capture_name(present: str) -> str:
 # --------------------------------------------------------------------------------------------
 # RoPE frequencies and tables (Hugging Face semantics), shared with the CUDA and fused builders
 
-def rope_inv_freq(spec: DecoderSpec) -> np.ndarray:
-    """float64 [head_dim / 2] inverse frequencies with the spec's rope_scaling applied."""
-    d = spec.head_dim
-    inv = 1.0 / (float(spec.rope_theta) ** (np.arange(0, d, 2, dtype=np.float64) / d))
-    scaling = spec.rope_scaling or {}
+def rope_inv_freq(spec: DecoderSpec, *, local: bool = False, long: bool = False) -> np.ndarray:
+    """float64 [rotary_dim / 2] inverse frequencies with the spec's rope_scaling applied; `local`:
+    the windowed layers' own base (local_rope_theta), unscaled; `long`: LongRoPE's long factors (else
+    its short ones)."""
+    d = spec.rotary_dims()
+    theta = spec.local_rope_theta if local else spec.rope_theta
+    inv = 1.0 / (float(theta) ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    scaling = {} if local else spec.rope_scaling or {}
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind in (None, "default"):
         return inv
     if kind == "linear":
         return inv / float(scaling["factor"])
+    if kind == "longrope":
+        return inv / np.asarray(scaling["long_factor" if long else "short_factor"], dtype=np.float64)
     if kind == "llama3":
         factor = float(scaling["factor"])
         low = float(scaling.get("low_freq_factor", 1.0))
@@ -162,14 +167,20 @@ def rope_inv_freq(spec: DecoderSpec) -> np.ndarray:
         medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
         return np.where(medium, smoothed, scaled)
     raise NotImplementedError(f"rope_scaling type {kind!r} is not supported by the graph builders "
-                              "(supported: default, linear, llama3)")
+                              "(supported: default, linear, llama3, longrope)")
 
 
-def rope_tables(spec: DecoderSpec, length: int, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """cos/sin tables [length, head_dim / 2] of `dtype` (HF RoPE with the spec's rope_scaling, as
-    GroupQueryAttention-style operators take them: non-interleaved halves)."""
-    angles = np.arange(length, dtype=np.float64)[:, None] * rope_inv_freq(spec)[None, :]
-    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+def rope_tables(spec: DecoderSpec, length: int, dtype, *, local: bool = False,
+                long: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin tables [length, rotary_dim / 2] of `dtype` (HF RoPE with the spec's rope_scaling, as
+    GroupQueryAttention-style operators take them: non-interleaved halves); `local` and `long` as in
+    rope_inv_freq. LongRoPE's tables are scaled by its magnitude (phi3.long_rope_magnitudes)."""
+    angles = np.arange(length, dtype=np.float64)[:, None] * rope_inv_freq(spec, local=local, long=long)[None, :]
+    magnitude = 1.0
+    if spec.long_rope() and not local:
+        from .architectures.phi3 import long_rope_magnitudes
+        magnitude = long_rope_magnitudes(spec.rope_scaling, spec.context_length)[1 if long else 0]
+    return (np.cos(angles) * magnitude).astype(dtype), (np.sin(angles) * magnitude).astype(dtype)
 
 
 # --------------------------------------------------------------------------------------------
@@ -836,10 +847,20 @@ def default_state_capture(spec: DecoderSpec, per_token_logits: bool, state_captu
     return bool(state_capture)
 
 
+def refuse_features(spec: DecoderSpec, graph: str) -> None:
+    """NotImplementedError naming the spec's features beyond the Llama layout (DecoderSpec.features),
+    for graphs that do not implement them yet (the fused CPU graph implements them all)."""
+    features = spec.features()
+    if features:
+        raise NotImplementedError(f"{graph} does not implement {', '.join(features)} yet, needed for "
+                                  f"{spec.architecture}; build the fused cpu graph (graph='fused')")
+
+
 def build_cpu_graph(spec: DecoderSpec, weights, *, block_size: int = 16, per_token_logits: bool = False,
                     logits_indices: bool = False, state_capture: bool | None = None) -> onnx.ModelProto:
     """The fp32 paged decoder (see the module docstring) as an in-memory ModelProto. `state_capture`
     adds the per-token fixed state outputs (None: on for hybrid decoders with per_token_logits)."""
+    refuse_features(spec, "the standard-op CPU graph")
     spec.check()
     if block_size <= 0:
         raise ValueError(f"block_size must be > 0, got {block_size}")

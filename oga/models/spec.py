@@ -98,6 +98,18 @@ class DecoderSpec:
         """The layers the paged builders keep in a sliding-window ring (sorted; [] = none)."""
         return sorted(self.sliding_window_layers) if self.sliding_window_layers is not None else []
 
+    def features(self) -> list[str]:
+        """The features this spec uses beyond the Llama layout (their field names), for builders
+        that implement only some of them to refuse the rest by name."""
+        defaults = {"norm_offset": 0.0, "activation": "silu", "qk_norm": False, "output_norms": False,
+                    "embedding_multiplier": 1.0, "residual_multiplier": 1.0, "attention_scale": None,
+                    "attention_softcap": 0.0, "final_softcap": 0.0, "logits_multiplier": 1.0, "rotary_dim": None,
+                    "local_rope_theta": None}
+        used = [name for name, default in defaults.items() if getattr(self, name) != default]
+        if self.long_rope():
+            used.append("rope_scaling (longrope)")
+        return used
+
     def rotary_dims(self) -> int:
         """The head dimensions RoPE rotates (the first ones)."""
         return int(self.rotary_dim or self.head_dim)
