@@ -58,8 +58,8 @@ def make_parser() -> argparse.ArgumentParser:
                    help="hybrid decoders: also output every packed token's fixed state (present.*.per_token), "
                         "for draft verification; needs --per-token-logits (default: on with it)")
     b.add_argument("--chunk-size", type=_positive,
-                   help="search.chunk_size: max query tokens per request and step (required with "
-                        "--sliding-window-layers)")
+                   help="search.chunk_size: max query tokens per request and step; sizes the ring of "
+                        "sliding-window layers (default for them: --max-scheduled-tokens)")
     c = sub.add_parser("convert", help="turn a CPU model directory of onnxruntime-genai's builder "
                                        "(GroupQueryAttention, contiguous caches) into a paged decoder for oga's engine")
     c.add_argument("source", metavar="SRC_DIR", help="the builder's output directory (genai_config.json, model.onnx)")
