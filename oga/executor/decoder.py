@@ -149,8 +149,9 @@ class OnnxDecoder:
     def __init__(self, names, executor=None):
         """`executor`: "native" or "python" as the model loader selected it (native.requested);
         None (tests driving this executor directly): a Python session, recorded nowhere."""
-        import onnxruntime as ort
+        from ..onnxruntime_import import import_onnxruntime
 
+        ort = import_onnxruntime()
         self.names = names
         self.path = os.path.join(names["model_directory"], names["decoder_filename"])
         if not os.path.isfile(self.path):
