@@ -41,6 +41,7 @@ import numpy as np
 from .contract import CAPTURE_SUFFIX, LOGITS_BLOCK, LOGITS_BLOCK_MAXIMA, ModelLoadError
 from .device_path import DeviceOnnxEngineExecutor
 from .host import OnnxEngineExecutor
+from .providers import CUDA, session_providers
 from .static import StaticOnnxEngineExecutor
 
 _ORT_TYPES = {
@@ -62,22 +63,6 @@ class FixedStateTensor:
     row_bytes: int            # bytes of one row
     capture_name: str | None = None   # graph output of the state after every packed token
                                       # ([num_tokens, *row_shape]), None when the decoder has none
-
-
-def _provider_list(session_options_config):
-    """(providers, provider_options) for InferenceSession from genai_config's session_options."""
-    providers, options = [], []
-    aliases = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider", "dml": "DmlExecutionProvider",
-               "rocm": "ROCMExecutionProvider", "webgpu": "WebGpuExecutionProvider"}
-    for entry in session_options_config.get("provider_options", []) or []:
-        for name, values in entry.items():
-            provider = aliases.get(name.lower(), name)
-            providers.append(provider)
-            options.append({str(k): str(v) for k, v in (values or {}).items()})
-    if "CPUExecutionProvider" not in providers:  # the fallback (ONNX Runtime refuses a duplicate)
-        providers.append("CPUExecutionProvider")
-        options.append({})
-    return providers, options
 
 
 def _truthy(value):
@@ -149,8 +134,9 @@ class OnnxDecoder:
     def __init__(self, names, executor=None):
         """`executor`: "native" or "python" as the model loader selected it (native.requested);
         None (tests driving this executor directly): a Python session, recorded nowhere."""
-        import onnxruntime as ort
+        from ..onnxruntime_import import import_onnxruntime
 
+        ort = import_onnxruntime()
         self.names = names
         self.path = os.path.join(names["model_directory"], names["decoder_filename"])
         if not os.path.isfile(self.path):
@@ -169,13 +155,14 @@ class OnnxDecoder:
             options.intra_op_num_threads = int(session_config["intra_op_num_threads"])
         if "inter_op_num_threads" in session_config:
             options.inter_op_num_threads = int(session_config["inter_op_num_threads"])
-        providers, provider_options = _provider_list(session_config)
-        available = set(ort.get_available_providers())
-        # CUDA only where the session really can run on it: a provider ONNX Runtime has and a device.
-        wants_cuda = "CUDAExecutionProvider" in providers
+        # The providers as 0.18 checks them (a cuda entry without a usable CUDA fails the load); on
+        # the device test path a cuda entry stands for the CPU stand-in device, and is dropped here.
+        providers, provider_options = session_providers(session_config.get("provider_options"),
+                                                        lambda: cuda_unavailable_reason(ort),
+                                                        cuda_stand_in=_cpu_device_factory is not None)
+        wants_cuda = CUDA in providers
         cuda_reason = cuda_unavailable_reason(ort) if wants_cuda else ""
-        chosen = [(p, o) for p, o in zip(providers, provider_options)
-                  if p in available and not (p == "CUDAExecutionProvider" and cuda_reason)]
+        chosen = [(p, o) for p, o in zip(providers, provider_options) if not (p == CUDA and cuda_reason)]
         # The device path: where the caches, the staged inputs and the logits live (see the module
         # docstring). None = the host path.
         self.device = None

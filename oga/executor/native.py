@@ -103,8 +103,10 @@ def onnxruntime_library_path() -> str:
     override = os.environ.get(LIBRARY_ENV)
     if override:
         return override
+    from oga.onnxruntime_import import import_onnxruntime
+
     try:
-        import onnxruntime
+        onnxruntime = import_onnxruntime()
     except ImportError as error:
         raise NativeExecutorUnavailable(f"the onnxruntime package cannot be imported: {error}") from error
     capi = os.path.join(os.path.dirname(onnxruntime.__file__), "capi")
