@@ -251,12 +251,14 @@ def _stop_builder(process):
             process.wait()
 
 
-def run_oga_builder(hf_dir, out_dir, *, precision="fp32", provider="cpu", extra=()):
+def run_oga_builder(hf_dir, out_dir, *, precision="fp32", provider="cpu", extra=(), environment=None):
     """python -m onnxruntime_genai.models.builder, offline, in the builder process (the builder is
-    heavy and prints a lot: not in this one; _builder_process). Raises RuntimeError with the tail of
-    its output on failure."""
+    heavy and prints a lot: not in this one; _builder_process). `extra` adds KEY=VALUE pairs to
+    `--extra_options`; `environment` adds variables to this process's environment for the run.
+    Raises RuntimeError with the tail of its output on failure."""
     check_builder_dependencies()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+               **(environment or {}))
     with tempfile.TemporaryDirectory(prefix="oga-builder-cache-") as cache, \
             tempfile.TemporaryDirectory(prefix="oga-builder-log-") as log_dir:
         args = ["-i", os.fspath(hf_dir), "-o", os.fspath(out_dir), "-e", provider, "-p", precision, "-c", cache,
