@@ -12,7 +12,8 @@ LFM2's: 0.18 runs the padding through the short convolution of a shorter row and
 row's state; oga does not (README). LongRoPE graphs (Phi-3.5, Phi-4-mini) choose one rotary table
 for the whole batch by its longest row, so there the batch is compared with 0.18's batch.
 
-Also: LFM2's conv state across a Generator's second turn (the same stream as one turn), the errors
+Also: a Generator's second turn on LFM2 (conv state) and HunYuan (positions) gives the stream of
+one turn over the same tokens, the errors
 for what the static path still refuses, and og.Engine on HunYuan (position_ids) against 0.18's.
 """
 import os
@@ -144,10 +145,12 @@ def test_0_18_batch_carries_padding_into_lfm2s_conv_state(tmp_path_factory):
     assert short_in_batch != reference(directory, SHORT)
 
 
-@pytest.mark.parametrize("name", [n for n in ARCHITECTURES if ARCHITECTURES[n].has_conv_layers])
-def test_conv_state_carries_into_a_second_turn(name, executor, tmp_path_factory):
+@pytest.mark.parametrize("name", [n for n in ARCHITECTURES
+                                  if ARCHITECTURES[n].has_conv_layers or ARCHITECTURES[n].has_position_ids])
+def test_a_second_turn_continues_the_row(name, executor, tmp_path_factory):
     """A Generator row continued with appended tokens gives the stream of one turn over the same
-    tokens: the static executor keeps each row's conv state across steps and turns."""
+    tokens: the static executor keeps each row's conv state across steps and turns, and a second
+    turn's positions continue the row's (HunYuan's position_ids)."""
     directory = architecture_dir(tmp_path_factory, name, "fp32")
     m = oga_model(directory, executor)
     params = og.GeneratorParams(m)
