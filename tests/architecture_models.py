@@ -45,7 +45,7 @@ import pytest
 
 from static_models import MissingBuilderDependencies, check_builder_dependencies, run_oga_builder
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 PRECISIONS = ("fp32", "int4")
 VOCAB_SIZE = 500
 BOS, EOS, PAD = 1, 2, 0
@@ -243,7 +243,7 @@ class InternLM2Config(PretrainedConfig):
 
     def __init__(self, vocab_size=500, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                  num_attention_heads=4, num_key_value_heads=2, hidden_act="silu", max_position_embeddings=256,
-                 rms_norm_eps=1e-6, bias=False, rope_theta=10000.0, rope_scaling=None, initializer_range=0.1,
+                 rms_norm_eps=1e-6, bias=False, rope_theta=10000.0, initializer_range=0.1,
                  tie_word_embeddings=False, **kwargs):
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
@@ -256,7 +256,6 @@ class InternLM2Config(PretrainedConfig):
         self.rms_norm_eps = rms_norm_eps
         self.bias = bias
         self.rope_theta = rope_theta
-        self.rope_scaling = rope_scaling
         self.initializer_range = initializer_range
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
 '''
