@@ -2,13 +2,13 @@
 the tiny random Hugging Face checkpoints of architecture_models.py, the same checkpoints
 onnxruntime-genai 0.18's builder builds for the static path:
 
-- fp32 (the fused CPU graph): the greedy tokens of three prompts run together in oga's engine equal
-  those 0.18's Generator gives on 0.18's own fp32 build of the same checkpoint (prompts past the
-  sliding window and past and across LongRoPE's switch);
+- fp32 (the fused CPU graph and the standard-op one): the greedy tokens of three prompts run together
+  in oga's engine equal those 0.18's Generator gives on 0.18's own fp32 build of the same checkpoint
+  (prompts past the sliding window and past and across LongRoPE's switch);
 - int4 / int8 (round-to-nearest, int8 activations): oga's own quantization, so the reference is oga's
   numpy decoder on exactly the weights the graph computes with (dequantized): the engine's greedy
   tokens equal the reference's up to a near-tie within the int8 activations' noise;
-- the graphs that do not implement an architecture's features yet refuse it by name.
+- the CUDA graph, which does not implement the architectures' features yet, refuses them by name.
 """
 import numpy as np
 import pytest
@@ -46,10 +46,11 @@ def test_every_registry_architecture_has_a_checkpoint_here():
     assert covered == set(architectures.REGISTRY)
 
 
+@pytest.mark.parametrize("graph", ["fused", "standard"])
 @pytest.mark.parametrize("name", BUILT)
-def test_fp32_build_equals_018s_build_of_the_checkpoint(tmp_path_factory, tmp_path, name):
+def test_fp32_build_equals_018s_build_of_the_checkpoint(tmp_path_factory, tmp_path, name, graph):
     reference_dir = architecture_dir(tmp_path_factory, name, "fp32")
-    model_dir = _build(name, tmp_path / "oga", precision="fp32")
+    model_dir = _build(name, tmp_path / "oga", graph=graph, precision="fp32" if graph == "fused" else None)
     prompts = _prompts()
     want = [_generator_018(reference_dir, p, MAX_NEW) for p in prompts]
     assert _engine_tokens(model_dir, prompts) == want
@@ -81,20 +82,9 @@ FEATURED = ["qwen3", "phi3.5-longrope", "phi4-mini", "gemma", "gemma2", "gemma3"
 
 
 @pytest.mark.parametrize("name", FEATURED)
-def test_graphs_without_an_architectures_features_refuse_it(tmp_path, name):
+def test_the_cuda_graph_refuses_features_it_lacks(tmp_path, name):
     spec = load_safetensors(checkpoint_dir(name)).spec
     assert spec.features()
-    for graph, target in (("standard", "cpu"), ("fused", "cuda")):
-        with pytest.raises(NotImplementedError, match=f"does not implement .* for {spec.architecture}"):
-            _build(name, tmp_path / f"{graph}-{target}", graph=graph, target=target)
-        assert not (tmp_path / f"{graph}-{target}").exists()
-
-
-@pytest.mark.parametrize("name", ["phi3", "qwen2"])
-def test_standard_graph_builds_architectures_of_the_llama_layout(tmp_path_factory, tmp_path, name):
-    """Phi-3 (its fused q|k|v and gate|up split by the loader) and Qwen2 need no feature beyond
-    Llama's: the standard-op graph builds them and gives 0.18's tokens."""
-    reference_dir = architecture_dir(tmp_path_factory, name, "fp32")
-    model_dir = _build(name, tmp_path / "oga", graph="standard")
-    prompts = _prompts()
-    assert _engine_tokens(model_dir, prompts) == [_generator_018(reference_dir, p, MAX_NEW) for p in prompts]
+    with pytest.raises(NotImplementedError, match=f"the CUDA graph does not implement .* for {spec.architecture}"):
+        _build(name, tmp_path / "cuda", target="cuda")
+    assert not (tmp_path / "cuda").exists()

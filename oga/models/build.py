@@ -173,9 +173,9 @@ def build(source, output_dir, *, target: str = "cpu", block_size: int | None = N
     loaded = load_source(source, random_spec=random_spec, seed=seed)
     spec = loaded.spec
     context_length = int(context_length or cfg.default_context_length(spec, target))
-    if target == "cuda" or graph == "standard":   # checked before the graph's own, narrower checks
+    if target == "cuda":   # checked before the graph's own, narrower checks
         from .onnx_cpu import refuse_features
-        refuse_features(spec, "the CUDA graph" if target == "cuda" else "the standard-op CPU graph")
+        refuse_features(spec, "the CUDA graph")
     if spec.ring_layers() and chunk_size is None:
         # the ring of a sliding-window layer holds chunk_size + window - 1 positions per request
         chunk_size = int(max_scheduled_tokens)
