@@ -43,7 +43,7 @@ from typing import Callable, Optional
 
 import pytest
 
-from static_models import MissingBuilderDependencies, check_builder_dependencies, run_oga_builder
+from static_models import MissingBuilderDependencies, cache_root, check_builder_dependencies, run_oga_builder
 
 RECIPE_VERSION = 2
 PRECISIONS = ("fp32", "int4")
@@ -640,17 +640,10 @@ def build_architecture(name, out_dir, precision="fp32"):
     return out_dir
 
 
-def _cache_root(tmp_path_factory):
-    root = os.environ.get("OGA_CACHE_DIR")
-    if root:
-        return os.path.join(root, "architecture-models")
-    return str(tmp_path_factory.getbasetemp() / "oga-architecture-models")
-
-
 def architecture_dir(tmp_path_factory, name, precision):
     """The built directory of architecture `name` in `precision`, built once per run (or found in
     $OGA_CACHE_DIR); a missing builder dependency fails the test naming the install command."""
-    out_dir = os.path.join(_cache_root(tmp_path_factory), f"{name}-{precision}-v{RECIPE_VERSION}")
+    out_dir = os.path.join(cache_root(tmp_path_factory, "architecture-models"), f"{name}-{precision}-v{RECIPE_VERSION}")
     try:
         return build_architecture(name, out_dir, precision)
     except MissingBuilderDependencies as e:

@@ -347,16 +347,18 @@ def build_smollm2(out_dir, max_length=SMOLLM2_MAX_LENGTH, precision="fp32"):
     return _build(out_dir, write_smollm2_checkpoint, max_length, precision)
 
 
-def _cache_root(tmp_path_factory):
+def cache_root(tmp_path_factory, kind="static-models"):
+    """Where a run's builds of `kind` go: $OGA_CACHE_DIR/<kind> (kept across runs) when set, else the
+    pytest session's base temp."""
     root = os.environ.get("OGA_CACHE_DIR")
     if root:
-        return os.path.join(root, "static-models")
-    return str(tmp_path_factory.getbasetemp() / "oga-static-models")
+        return os.path.join(root, kind)
+    return str(tmp_path_factory.getbasetemp() / f"oga-{kind}")
 
 
 def _fixture_build(tmp_path_factory, name, builder):
     try:
-        return builder(os.path.join(_cache_root(tmp_path_factory), f"{name}-v{RECIPE_VERSION}"))
+        return builder(os.path.join(cache_root(tmp_path_factory), f"{name}-v{RECIPE_VERSION}"))
     except (MissingBuilderDependencies, FileNotFoundError) as e:
         pytest.fail(str(e), pytrace=False)
 
