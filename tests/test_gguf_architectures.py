@@ -43,7 +43,8 @@ from test_quantized_decoders import FP16_KV_TOL, INT8_ACTIVATION_TOL, _effective
 Q = gguf.GGMLQuantizationType
 MAX_NEW = 12
 
-# Checkpoints of architecture_models.py as they are, and the variants this file writes.
+# The checkpoints of architecture_models.py serve as they are, but for these variants (the module
+# docstring says why).
 _VARIANTS = {
     "gemma-tied": Architecture("gemma-tied", "GemmaForCausalLM", _transformers_checkpoint(
         "GemmaConfig", "GemmaForCausalLM", dict(SMALL, hidden_activation="gelu_pytorch_tanh",
@@ -209,9 +210,9 @@ def write_llama_cpp_gguf(hf_dir, path, qtype=Q.F32):
             continue
         if hf_arch in _GEMMA and hf_name.endswith("norm.weight"):
             w = w + np.float32(1.0)                      # Gemma's RMSNorm scales by 1 + w
-        if hf_arch in _PERMUTED_QK and hf_name.endswith("q_proj.weight"):
+        if hf_arch in _PERMUTED_QK and hf_name.endswith(("q_proj.weight", "q_proj.bias")):
             w = _interleave_halves(w, heads)
-        elif hf_arch in _PERMUTED_QK and hf_name.endswith("k_proj.weight"):
+        elif hf_arch in _PERMUTED_QK and hf_name.endswith(("k_proj.weight", "k_proj.bias")):
             w = _interleave_halves(w, kv_heads)
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         assert name is not None, f"no GGUF name for {hf_name}"
@@ -346,3 +347,52 @@ def test_an_architecture_the_registry_lacks_is_refused_by_name(tmp_path):
     with pytest.raises(NotImplementedError, match=message):
         build(path, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+class _Metadata:
+    """What a module's gguf_features reads, without a file: `keys` (without the architecture prefix),
+    settings tensors by name, and the common fields."""
+
+    def __init__(self, fields, keys=None, tensors=None):
+        self.fields, self._keys, self._tensors = fields, keys or {}, tensors or {}
+
+    def get(self, key, default=None):
+        return self._keys.get(key, default)
+
+    def require(self, key):
+        return self._keys[key]
+
+    def tensor_values(self, name):
+        return self._tensors.get(name)
+
+
+def test_gemma_settings_llama_cpp_hard_codes():
+    from oga.models.architectures import gemma2, gemma3
+
+    shape = dict(hidden_size=4608, num_heads=32, head_dim=128)     # Gemma 2 27B: hidden / heads 144
+    # keys the converter always writes, left out: llama.cpp's defaults (softcaps 50 / 30, window 4096)
+    got = gemma2.gguf_features(_Metadata(dict(shape, num_layers=46)))
+    assert (got["attention_softcap"], got["final_softcap"], got["sliding_window"]) == (50.0, 30.0, 4096)
+    assert got["sliding_window_layers"] == list(range(0, 46, 2))
+    assert got["attention_scale"] == 144.0 ** -0.5                 # the 27B model: hidden / heads
+    assert gemma2.gguf_features(_Metadata(dict(shape, num_layers=42)))["attention_scale"] == 128.0 ** -0.5
+
+    got = gemma3.gguf_features(_Metadata(dict(shape, num_layers=62), {"attention.sliding_window": 1024}))
+    assert got["sliding_window_layers"] == [i for i in range(62) if i % 6 != 5]
+    assert (got["local_rope_theta"], got["attention_scale"]) == (10000.0, 144.0 ** -0.5)
+    got = gemma3.gguf_features(_Metadata(dict(shape, num_layers=26), {"attention.sliding_window": 0}))
+    assert (got["sliding_window"], got["sliding_window_layers"], got["local_rope_theta"]) == (None, None, None)
+
+
+def test_phi3_longrope_magnitude_other_than_the_default_is_kept():
+    from oga.models.architectures import phi3
+
+    factors = {"rope_factors_long.weight": [2.0] * 8, "rope_factors_short.weight": [1.0] * 8}
+    keys = {"rope.dimension_count": 16, "rope.scaling.original_context_length": 32, "rope.scaling.attn_factor": 1.5}
+    fields = dict(head_dim=16, context_length=256)
+    scaling = phi3.gguf_features(_Metadata(fields, keys, factors))["rope_scaling"]
+    assert (scaling["short_mscale"], scaling["long_mscale"]) == (1.5, 1.5)
+    assert phi3.long_rope_magnitudes(scaling, 256) == (1.5, 1.5)
+    # the converter's own value, sqrt(1 + ln(256 / 32) / ln(32)) as float32, is the default: not stored
+    keys["rope.scaling.attn_factor"] = float(np.float32(np.sqrt(1 + np.log(8) / np.log(32))))
+    assert "short_mscale" not in phi3.gguf_features(_Metadata(fields, keys, factors))["rope_scaling"]

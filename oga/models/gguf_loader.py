@@ -168,6 +168,8 @@ class GGUFMetadata:
 
     def tensor_rows(self, name: str) -> int:
         """The number of rows (out_features) of a 2-D tensor, without reading it."""
+        if name not in self._tensors:
+            raise ValueError(f"GGUF file ({self.architecture}) has no tensor {name!r}")
         return int(self._tensors[name].shape[1])
 
     def tensor(self, name: str) -> np.ndarray | None:
@@ -241,7 +243,7 @@ def common_fields(metadata: GGUFMetadata) -> dict:
     theta = float(metadata.get("rope.freq_base", 10000.0))        # llama.cpp's default base
     bos, eos_ids, pad = _token_ids(metadata)
     return dict(
-        vocab_size=int(metadata.get("vocab_size", metadata.tensor_rows("token_embd.weight"))),
+        vocab_size=int(metadata.get("vocab_size") or metadata.tensor_rows("token_embd.weight")),
         hidden_size=hidden,
         intermediate_size=int(metadata.require("feed_forward_length")),
         num_layers=int(metadata.require("block_count")),
