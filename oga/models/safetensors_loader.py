@@ -31,8 +31,7 @@ def spec_from_config(config: dict) -> DecoderSpec:
 def canonical_weights(weights: dict, spec: DecoderSpec) -> None:
     """Renames (and splits) an HF checkpoint's weights into oga's canonical names, in place."""
     architecture = architectures.REGISTRY[spec.architecture]
-    if architecture.split_fused is not None:
-        architecture.split_fused(weights, spec)
+    architectures.split_fused(architecture, weights, spec)
     for old, new in architecture.hf_weight_renames.items():
         moved = {}
         for name in [k for k in weights if k.startswith("model.layers.") and k.endswith("." + old)]:
