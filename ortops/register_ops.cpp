@@ -9,6 +9,7 @@
 #include "library_state.h"
 #include "logits_head.h"
 #include "paged_attention.h"
+#include "quantized_linear.h"
 #include "skip_rms_norm.h"
 #include "swiglu.h"
 
@@ -27,7 +28,8 @@ OrtStatus* Register(const OrtApi* api, OrtSessionOptions* options) {
                              ortops::OpDescriptor<ortops::PagedGroupQueryAttentionHalfCache>::Get(),
                              ortops::OpDescriptor<ortops::SkipRMSNorm>::Get(),
                              ortops::OpDescriptor<ortops::SwiGlu>::Get(),
-                             ortops::OpDescriptor<ortops::LogitsHead>::Get()};
+                             ortops::OpDescriptor<ortops::LogitsHead>::Get(),
+                             ortops::OpDescriptor<ortops::QuantizedLinear>::Get()};
   for (const OrtCustomOp* op : ops) {
     if (OrtStatus* status =
             Entry<OrtStatus* (*)(OrtCustomOpDomain*, const OrtCustomOp*)>(api, kCustomOpDomainAdd)(domain, op)) {
@@ -70,3 +72,10 @@ OGA_ORTOPS_EXPORT void OgaOrtOpsSetPortable(int forced) { ortops::SetPortableFor
 OGA_ORTOPS_EXPORT uint64_t OgaOrtOpsCacheCopies() { return ortops::CacheCopies(); }
 // The LM head's loops in use now: "avx2" or "portable".
 OGA_ORTOPS_EXPORT const char* OgaOrtOpsLogitsHeadMath() { return ortops::SelectLogitsHeadMath().name; }
+// The quantized linear's loops in use now: "avx-vnni", "avx2" or "portable".
+OGA_ORTOPS_EXPORT const char* OgaOrtOpsQuantizedLinearMath() { return ortops::SelectQuantizedLinearMath().name; }
+// Forces the quantized linear's loops by name ("portable", "avx2", "avx-vnni"; NULL or "": the CPU
+// decides); returns 0 (and changes nothing) for loops this build or CPU cannot run. For comparing them.
+OGA_ORTOPS_EXPORT int OgaOrtOpsSetQuantizedLinearMath(const char* name) {
+  return ortops::SetQuantizedLinearMath(name) ? 1 : 0;
+}
