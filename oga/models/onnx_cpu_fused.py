@@ -9,14 +9,16 @@ the past_* inputs. What differs is inside:
     embeddings   Gather (fp32) or com.microsoft.GatherBlockQuantized (8-bit: a GGUF Q8_0 table as is)
     per layer    oga.SkipRMSNorm (residual add + RMSNorm in one kernel, the sum passed on as the
                  next residual; it also adds the block offsets of the linear before it)
-                 q|k|v projection: one linear (see linear_weights.py: fp32 Gemm or MatMulNBits)
+                 q|k|v projection: one linear (see linear_weights.py: fp32 Gemm; a quantized weight
+                 oga.QuantizedLinear at accuracy_level 4, the default, else MatMulNBits)
                  oga.PagedGroupQueryAttention: RoPE, the cache write and attention over the block
                  table in one kernel that reads the cache blocks in place (ortops/)
                  o_proj, oga.SkipRMSNorm, gate|up projection, oga.SwiGlu (SiLU(gate) * up),
                  down_proj
     head         the rows that need logits, oga.SkipRMSNorm, LM head: oga.LogitsHead for a float
                  weight (the logits and each row's maximum per block of 1024 logits, a second
-                 output, logits_block_maxima, that greedy selection reads), else MatMulNBits
+                 output, logits_block_maxima, that greedy selection reads), else the quantized
+                 linear
 
 A decode-only step runs no prefill branch (the attention kernel handles each row by its length)
 and gathers nothing: its cost grows with context only by the keys and values it reads.
@@ -70,6 +72,23 @@ class _Weights:
         return lw.fuse(name, [self.linear(p) for p in parts])
 
 
+def _matmul(g: GraphBuilder, x: str, linear: lw.Linear, accuracy: int, hint: str, output: str | None = None):
+    """(y, pending block offsets or None) of x @ W^T: oga.QuantizedLinear for a quantized weight at its
+    accuracy level (offsets included, none pending), else linear_weights.emit_matmul."""
+    if linear.quantized is not None and accuracy == lw.OGA_LINEAR_ACCURACY_LEVEL:
+        return lw.emit_oga_linear(g, x, linear, hint, output=output), None
+    return lw.emit_matmul(g, x, linear, accuracy, hint, output=output)
+
+
+def _linear(g: GraphBuilder, x: str, linear: lw.Linear, accuracy: int, hint: str, bias: str | None = None,
+            output: str | None = None) -> str:
+    """x @ W^T (+ bias) complete (no pending offsets), as _matmul chooses, else linear_weights.emit."""
+    if linear.quantized is not None and accuracy == lw.OGA_LINEAR_ACCURACY_LEVEL:
+        y = lw.emit_oga_linear(g, x, linear, hint, output=output if bias is None else None)
+        return y if bias is None else g.op("Add", [y, bias], f"{hint}/bias", outputs=[output] if output else None)
+    return lw.emit(g, x, linear, accuracy, hint, bias=bias, output=output)
+
+
 def _attention(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, w: _Weights, accuracy: int,
                cos: str, sin: str, ring: bool):
     """The attention block; returns (o_proj output, its pending block offsets or None)."""
@@ -83,12 +102,12 @@ def _attention(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, w: _Weigh
         biases = [g.initializer(f"{proj.name}.bias", b) for proj, b in zip(projections, parts)]
     offsets = []
     if len(projections) == 1:
-        qkv, offsets = lw.emit_matmul(g, h, projections[0], accuracy, "qkv_proj")
+        qkv, offsets = _matmul(g, h, projections[0], accuracy, "qkv_proj")
         if biases[0] is not None:
             qkv = g.op("Add", [qkv, biases[0]], "qkv_proj/bias")
         qkv = [qkv, "", ""]
     else:   # q, k, v in different forms (e.g. a GGUF mixing Q4_1 and Q8_0): three linears
-        qkv = [lw.emit(g, h, proj, accuracy, proj.name.rsplit(".", 2)[-2], bias=b)
+        qkv = [_linear(g, h, proj, accuracy, proj.name.rsplit(".", 2)[-2], bias=b)
                for proj, b in zip(projections, biases)]
     window = int(spec.sliding_window) if spec.windowed(layer) else -1
     table = cpu.BLOCK_TABLE_WINDOWED if ring else cpu.BLOCK_TABLE
@@ -100,7 +119,7 @@ def _attention(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, w: _Weigh
                 domain=OGA_DOMAIN, num_heads=spec.num_heads, kv_num_heads=spec.num_kv_heads,
                 scale=float(1.0 / np.sqrt(spec.head_dim)), do_rotary=1, rotary_interleaved=0,
                 local_window_size=window)[0]
-    return lw.emit_matmul(g, attn, w.linear(p + "o_proj.weight"), accuracy, "o_proj")
+    return _matmul(g, attn, w.linear(p + "o_proj.weight"), accuracy, "o_proj")
 
 
 def _mlp(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, w: _Weights, accuracy: int):
@@ -108,12 +127,12 @@ def _mlp(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, w: _Weights, ac
     p = f"model.layers.{layer}.mlp."
     projections = w.fused(p + "gate_up_proj.weight", [p + "gate_proj.weight", p + "up_proj.weight"])
     if len(projections) == 1:
-        gate_up, offsets = lw.emit_matmul(g, h, projections[0], accuracy, "gate_up_proj")
+        gate_up, offsets = _matmul(g, h, projections[0], accuracy, "gate_up_proj")
         act = g.op("SwiGlu", [gate_up] + (offsets or []), "SwiGlu", domain=OGA_DOMAIN)
     else:
-        gate, up = (lw.emit(g, h, proj, accuracy, hint) for proj, hint in zip(projections, ("gate_proj", "up_proj")))
+        gate, up = (_linear(g, h, proj, accuracy, hint) for proj, hint in zip(projections, ("gate_proj", "up_proj")))
         act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate], "silu/Sigmoid")], "silu/Mul"), up], "swiglu")
-    return lw.emit_matmul(g, act, w.linear(p + "down_proj.weight"), accuracy, "down_proj")
+    return _matmul(g, act, w.linear(p + "down_proj.weight"), accuracy, "down_proj")
 
 
 def _embeddings(g: GraphBuilder, spec: DecoderSpec, w: _Weights) -> str:
@@ -159,7 +178,7 @@ def _lm_head(g: GraphBuilder, spec: DecoderSpec, x: str, offsets, residual: str,
         g.op("LogitsHead", [normed, head_name], "lm_head", outputs=[cpu.LOGITS, LOGITS_BLOCK_MAXIMA], domain=OGA_DOMAIN)
         return
     head.name = "lm_head.weight"
-    lw.emit(g, normed, head, accuracy, "lm_head", output=cpu.LOGITS)
+    _linear(g, normed, head, accuracy, "lm_head", output=cpu.LOGITS)
 
 
 def _has_initializer(g: GraphBuilder, name: str) -> bool:
