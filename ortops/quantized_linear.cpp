@@ -57,8 +57,8 @@ PackedQuantizedWeight PackQuantizedWeight(int bits, int64_t block_size, int64_t 
   w.n = n;
   w.k = k;
   w.panels = (n + kColumns - 1) / kColumns;
-  w.pairs = (blocks + 1) / 2;
-  w.code_bytes = bits == 4 ? 32 : 64;
+  w.blocks = blocks;
+  w.code_bytes = bits == 4 ? 128 : 256;
 
   // Per 32-value block of each column: the scale and the offset with the zero point folded in.
   std::vector<float> s(static_cast<size_t>(n * blocks)), c(static_cast<size_t>(n * blocks));
@@ -67,7 +67,7 @@ PackedQuantizedWeight PackQuantizedWeight(int bits, int64_t block_size, int64_t 
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t source = b * kQuantBlock / block_size;
       const float scale = scales[col * source_blocks + source];
-      // 8-bit codes are stored as q - 128: the zero point moves by the same 128
+      // D is the dot product of the signed 8-bit codes q - 128: the zero point moves by the same 128
       const int z = ZeroPointAt(zero_points, bits, source_blocks, col, source) - (bits == 8 ? 128 : 0);
       const float offset = offsets ? HalfToFloat(offsets[b * n + col]) : 0.0f;
       const size_t i = static_cast<size_t>(col * blocks + b);
@@ -77,45 +77,38 @@ PackedQuantizedWeight PackQuantizedWeight(int bits, int64_t block_size, int64_t 
     }
   }
   w.half_scales = half;
-  const int64_t scale_bytes = half ? 2 : 4;
-  w.pair_bytes = kColumns * w.code_bytes + 4 * kColumns * scale_bytes;
+  w.block_bytes = w.code_bytes + 2 * kColumns * (half ? 2 : 4);
   const size_t total = static_cast<size_t>(w.bytes());
   uint8_t* data = static_cast<uint8_t*>(std::aligned_alloc(64, (total + 63) / 64 * 64));
   if (data == nullptr) throw std::bad_alloc();
+  // padding columns: codes 0 (8-bit: 0, a signed -128, against scales 0), scales 0: they sum to 0
   std::memset(data, 0, total);
   w.data.reset(data);
 
   for (int64_t p = 0; p < w.panels; ++p) {
-    for (int64_t j = 0; j < w.pairs; ++j) {
-      uint8_t* pair = data + (p * w.pairs + j) * w.pair_bytes;
-      uint8_t* scale_area = pair + kColumns * w.code_bytes;
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* block = data + (p * blocks + b) * w.block_bytes;
+      uint8_t* scale_area = block + w.code_bytes;
       for (int64_t col = 0; col < kColumns; ++col) {
         const int64_t column = p * kColumns + col;
-        if (column >= n) continue;  // zero codes and scales: the padding sums to 0
-        uint8_t* out = pair + col * w.code_bytes;
-        for (int half_index = 0; half_index < 2; ++half_index) {
-          const int64_t b = 2 * j + half_index;
-          if (b >= blocks) continue;  // the padding block of an odd count
-          for (int64_t i = 0; i < 16; ++i) {
-            const int lo = CodeAt(codes, bits, block_size, source_blocks, column, b, i);
-            const int hi = CodeAt(codes, bits, block_size, source_blocks, column, b, i + 16);
-            if (bits == 4) {
-              out[half_index * 16 + i] = static_cast<uint8_t>(lo | hi << 4);
-            } else {
-              out[half_index * 16 + i] = static_cast<uint8_t>(static_cast<int8_t>(lo - 128));
-              out[32 + half_index * 16 + i] = static_cast<uint8_t>(static_cast<int8_t>(hi - 128));
-            }
-          }
-          const size_t i = static_cast<size_t>(column * blocks + b);
-          // s[b], c'[b], s[b+1], c'[b+1]: 8 columns each
-          const int64_t s_slot = (2 * half_index) * kColumns + col, c_slot = s_slot + kColumns;
-          if (half) {
-            reinterpret_cast<Half*>(scale_area)[s_slot] = FloatToHalf(s[i]);
-            reinterpret_cast<Half*>(scale_area)[c_slot] = FloatToHalf(c[i]);
-          } else {
-            reinterpret_cast<float*>(scale_area)[s_slot] = s[i];
-            reinterpret_cast<float*>(scale_area)[c_slot] = c[i];
-          }
+        if (column >= n) continue;
+        for (int64_t i = 0; i < kQuantBlock; ++i) {
+          const int q = CodeAt(codes, bits, block_size, source_blocks, column, b, i);
+          const int64_t j = i / 4, t = i % 4;
+          if (bits == 8)
+            block[j * 32 + 4 * col + t] = static_cast<uint8_t>(q);
+          else if (j < 4)
+            block[j * 32 + 4 * col + t] |= static_cast<uint8_t>(q);
+          else
+            block[(j - 4) * 32 + 4 * col + t] |= static_cast<uint8_t>(q << 4);
+        }
+        const size_t i = static_cast<size_t>(column * blocks + b);
+        if (half) {
+          reinterpret_cast<Half*>(scale_area)[col] = FloatToHalf(s[i]);
+          reinterpret_cast<Half*>(scale_area)[kColumns + col] = FloatToHalf(c[i]);
+        } else {
+          reinterpret_cast<float*>(scale_area)[col] = s[i];
+          reinterpret_cast<float*>(scale_area)[kColumns + col] = c[i];
         }
       }
     }
@@ -127,26 +120,12 @@ PackedQuantizedWeight PackQuantizedWeight(int bits, int64_t block_size, int64_t 
 
 namespace {
 
-// Position of value i (0..31) of block `half_index` (0, 1) of a pair in its 64 bytes.
-inline int64_t PairPosition(int half_index, int64_t i) { return (i < 16 ? 0 : 32) + half_index * 16 + i % 16; }
-
 void PortableQuantize(const float* x, int64_t k, int64_t r0, int64_t r1, const QuantizedRows& out) {
-  const int64_t blocks = k / kQuantBlock;
   for (int64_t r = r0; r < r1; ++r) {
-    int8_t* codes = out.codes + r * out.pairs * 64;
-    float* scales = out.scales + r * out.pairs * 2;
-    float* sums = out.sums + r * out.pairs * 2;
-    for (int64_t b = 0; b < out.pairs * 2; ++b) {
-      int8_t* pair = codes + (b / 2) * 64;
-      const int half_index = static_cast<int>(b % 2);
-      if (b >= blocks) {  // the padding block
-        for (int64_t i = 0; i < kQuantBlock; ++i) pair[PairPosition(half_index, i)] = 0;
-        scales[b] = 0.0f;
-        sums[b] = 0.0f;
-        continue;
-      }
+    for (int64_t b = 0; b < out.blocks; ++b) {
+      int8_t* codes = out.codes + (r * out.blocks + b) * kQuantBlock;
       const float* v = x + r * k + b * kQuantBlock;
-      // the largest magnitude, NaN passed over (the vector loops' max keeps its first operand on NaN)
+      // the largest magnitude, NaN passed over (the vector loops' max keeps its second operand on NaN)
       float amax = 0.0f;
       bool nan = false;
       for (int64_t i = 0; i < kQuantBlock; ++i) {
@@ -154,20 +133,31 @@ void PortableQuantize(const float* x, int64_t k, int64_t r0, int64_t r1, const Q
         amax = a > amax ? a : amax;
         nan = nan || std::isnan(v[i]);
       }
+      if (nan || amax == INFINITY) {  // the row's outputs are NaN
+        std::memset(codes, 0, kQuantBlock);
+        out.scales[r * out.blocks + b] = std::nanf("");
+        out.sums[r * out.blocks + b] = 0.0f;
+        continue;
+      }
       const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
       int sum = 0;
       for (int64_t i = 0; i < kQuantBlock; ++i) {
-        const float scaled = v[i] * inv;
-        // NaN (a NaN input, or inf * 0) converts to the vector loops' "integer indefinite", which
-        // saturates to -128
-        const int q = std::isnan(scaled) ? -128 : static_cast<int>(std::nearbyint(scaled));
-        pair[PairPosition(half_index, i)] = static_cast<int8_t>(q);
+        const int q = static_cast<int>(std::nearbyint(v[i] * inv));  // nearest, ties to even
+        codes[i] = static_cast<int8_t>(q);
         sum += q;
       }
-      scales[b] = nan ? std::nanf("") : amax / 127.0f;
-      sums[b] = static_cast<float>(sum);
+      out.scales[r * out.blocks + b] = amax / 127.0f;
+      out.sums[r * out.blocks + b] = static_cast<float>(sum);
     }
   }
+}
+
+// Code i (0..31) of column `col` in a packed block.
+inline int PackedCode(const PackedQuantizedWeight& w, const uint8_t* block, int64_t col, int64_t i) {
+  const int64_t j = i / 4, t = i % 4;
+  if (w.bits == 8) return static_cast<int>(block[j * 32 + 4 * col + t]) - 128;
+  const uint8_t byte = block[(j % 4) * 32 + 4 * col + t];
+  return j < 4 ? byte & 0x0F : byte >> 4;
 }
 
 template <typename Scale>
@@ -178,29 +168,15 @@ void PortablePanelsOf(const PackedQuantizedWeight& w, const QuantizedRows& x, in
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t col = 0; col < columns; ++col) {
         float acc = 0.0f;
-        for (int64_t j = 0; j < w.pairs; ++j) {
-          const uint8_t* pair = w.Pair(p, j);
-          const uint8_t* codes = pair + col * w.code_bytes;
-          const Scale* scales = reinterpret_cast<const Scale*>(pair + kColumns * w.code_bytes);
-          const int8_t* qx = x.Codes(r, j);
-          for (int half_index = 0; half_index < 2; ++half_index) {
-            int32_t dot = 0;
-            for (int64_t i = 0; i < kQuantBlock; ++i) {
-              int q;
-              if (w.bits == 4) {
-                const uint8_t byte = codes[half_index * 16 + i % 16];
-                q = i < 16 ? byte & 0x0F : byte >> 4;
-              } else {
-                q = static_cast<int8_t>(codes[PairPosition(half_index, i)]);
-              }
-              dot += q * qx[PairPosition(half_index, i)];
-            }
-            const int64_t b = 2 * j + half_index;
-            const float s = ToFloat(scales[2 * half_index * kColumns + col]);
-            const float c = ToFloat(scales[(2 * half_index + 1) * kColumns + col]);
-            const float t = std::fma(s, static_cast<float>(dot), c * x.Sums(r)[b]);
-            acc = std::fma(x.Scales(r)[b], t, acc);
-          }
+        for (int64_t b = 0; b < w.blocks; ++b) {
+          const uint8_t* block = w.Block(p, b);
+          const Scale* scales = reinterpret_cast<const Scale*>(block + w.code_bytes);
+          const int8_t* qx = x.Codes(r, b);
+          int32_t dot = 0;
+          for (int64_t i = 0; i < kQuantBlock; ++i) dot += PackedCode(w, block, col, i) * qx[i];
+          const float s = ToFloat(scales[col]), c = ToFloat(scales[kColumns + col]);
+          const float t = std::fma(s, static_cast<float>(dot), c * x.Sums(r)[b]);
+          acc = std::fma(x.Scales(r)[b], t, acc);
         }
         y[r * ldy + p * kColumns + col] = acc;
       }
@@ -329,11 +305,11 @@ void QuantizedLinear::Compute(KernelCall& call) {
   // this thread waits in ParallelFor.
   QuantizedRows q;
   q.rows = rows;
-  q.pairs = weight_.pairs;
-  q.codes = ThreadScratch<RowsScratchTag, int8_t>(static_cast<size_t>(rows * q.pairs * 64));
-  float* floats = ThreadScratch<RowsScratchTag, float>(static_cast<size_t>(rows * q.pairs * 4));
+  q.blocks = weight_.blocks;
+  q.codes = ThreadScratch<RowsScratchTag, int8_t>(static_cast<size_t>(rows * q.blocks * kQuantBlock));
+  float* floats = ThreadScratch<RowsScratchTag, float>(static_cast<size_t>(rows * q.blocks * 2));
   q.scales = floats;
-  q.sums = floats + rows * q.pairs * 2;
+  q.sums = floats + rows * q.blocks;
   const float* in = x.as<float>();
   const int64_t k = weight_.k;
   constexpr int64_t kQuantizeRows = 16;  // rows per task when quantizing many rows

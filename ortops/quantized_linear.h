@@ -19,8 +19,8 @@
  * the initializers are not read again.
  *
  * The activations are quantized to int8 per block of 32 values, as llama.cpp's Q8 activations and
- * MatMulNBits' accuracy_level 4 do: dx = max|x| / 127, qx = round(x / dx) (a block holding NaN gets
- * dx = NaN). Each output is then, over the blocks b of K in ascending order,
+ * MatMulNBits' accuracy_level 4 do: dx = max|x| / 127, qx = round(x * (127 / max|x|)) (a block
+ * holding an infinity or NaN gets dx = NaN and codes 0: its row's outputs are NaN). Each output is then, over the blocks b of K in ascending order,
  *
  *     acc = fma(dx_b, fma(s_b, D_b, c'_b * S_b), acc)     acc starting at 0
  *
@@ -46,31 +46,32 @@ constexpr int64_t kQuantBlock = 32;   // values per quantization block, weights 
 constexpr int64_t kColumns = 8;       // output columns per panel: one 8-lane vector of sums
 
 /*
- * The repacked weight. Column panel p holds output columns 8p .. 8p+7 (zero-padded past N) and K in
- * pairs of blocks (a zero block pads an odd count); pair j of panel p is `pair_bytes` bytes at
- * data + (p * pairs + j) * pair_bytes:
+ * The repacked weight. Column panel p holds output columns 8p .. 8p+7 (zero-padded past N); block b
+ * (32 values along K) of panel p is `block_bytes` bytes at data + (p * blocks + b) * block_bytes:
  *
- *   codes    for each of the 8 columns: 4-bit: 32 bytes, byte i = q[b][i] | q[b][16+i] << 4 for
- *            bytes 0..15 (block b = 2j) and the same of block b+1 in bytes 16..31;
- *            8-bit: 64 bytes of int8 q - 128: block b values 0..15, block b+1 values 0..15,
- *            block b values 16..31, block b+1 values 16..31
- *   scales   s[b][8 columns], c'[b][8], s[b+1][8], c'[b+1][8], float16 when every one of the weight's
- *            is exact in float16 (GGUF scales are float16), else float32
+ *   codes    32-byte vectors whose 32-bit lane c holds 4 neighbouring codes of column c, so one
+ *            vpdpbusd against 4 activation codes broadcast to every lane adds 4 products to each of
+ *            the 8 columns' sums (no horizontal reduction):
+ *            4-bit: 4 vectors; byte 4c + t of vector j = q[c][4j + t] | q[c][16 + 4j + t] << 4
+ *            8-bit: 8 vectors; byte 4c + t of vector j = q[c][4j + t] (MatMulNBits' unsigned code)
+ *   scales   s[8 columns] then c'[8 columns], float16 when every one of the weight's is exact in
+ *            float16 (GGUF scales are float16), else float32
  *
- * so a panel streams in one pass, and 32 bytes of codes meet one 32-byte vector of activations.
+ * so a panel streams in one pass. The 8-bit codes are kept unsigned; D and c' are those of the
+ * signed codes q - 128 (D = sum (q - 128) * qx, exact in every path).
  */
 struct PackedQuantizedWeight {
   int bits = 0;
   bool half_scales = false;
   int64_t n = 0, k = 0;
-  int64_t panels = 0, pairs = 0;
-  int64_t code_bytes = 0;    // per column and pair: 32 (4-bit) or 64 (8-bit)
-  int64_t pair_bytes = 0;    // codes of 8 columns + their scales
-  const uint8_t* Pair(int64_t panel, int64_t pair) const {
-    return data.get() + (static_cast<size_t>(panel) * static_cast<size_t>(pairs) + static_cast<size_t>(pair)) *
-                            static_cast<size_t>(pair_bytes);
+  int64_t panels = 0, blocks = 0;
+  int64_t code_bytes = 0;    // per block of 8 columns: 128 (4-bit) or 256 (8-bit)
+  int64_t block_bytes = 0;   // codes + scales
+  const uint8_t* Block(int64_t panel, int64_t block) const {
+    return data.get() + (static_cast<size_t>(panel) * static_cast<size_t>(blocks) + static_cast<size_t>(block)) *
+                            static_cast<size_t>(block_bytes);
   }
-  int64_t bytes() const { return panels * pairs * pair_bytes; }
+  int64_t bytes() const { return panels * blocks * block_bytes; }
 
   struct Free {
     void operator()(uint8_t* p) const { std::free(p); }
@@ -79,18 +80,17 @@ struct PackedQuantizedWeight {
 };
 
 /*
- * Activations quantized for the loops: per row, `pairs` pairs of blocks, each 64 bytes of int8 qx in
- * the order of the 8-bit codes (block b values 0..15, block b+1 values 0..15, b 16..31, b+1 16..31),
- * then per block dx (float) and S = sum qx (as float, exact).
+ * Activations quantized for the loops: per row and block, 32 int8 codes qx in K order, dx (float)
+ * and S = sum qx (as float, exact).
  */
 struct QuantizedRows {
-  int64_t rows = 0, pairs = 0;
-  int8_t* codes = nullptr;   // [rows][pairs][64]
-  float* scales = nullptr;   // [rows][pairs * 2]: dx
-  float* sums = nullptr;     // [rows][pairs * 2]: S
-  const int8_t* Codes(int64_t r, int64_t pair) const { return codes + (r * pairs + pair) * 64; }
-  const float* Scales(int64_t r) const { return scales + r * pairs * 2; }
-  const float* Sums(int64_t r) const { return sums + r * pairs * 2; }
+  int64_t rows = 0, blocks = 0;
+  int8_t* codes = nullptr;   // [rows][blocks][32]
+  float* scales = nullptr;   // [rows][blocks]: dx
+  float* sums = nullptr;     // [rows][blocks]: S
+  const int8_t* Codes(int64_t r, int64_t block) const { return codes + (r * blocks + block) * kQuantBlock; }
+  const float* Scales(int64_t r) const { return scales + r * blocks; }
+  const float* Sums(int64_t r) const { return sums + r * blocks; }
 };
 
 // The loops, one set per CPU feature level.

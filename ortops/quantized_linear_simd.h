@@ -3,14 +3,16 @@
  * x86 feature level that runs them. The including file (quantized_linear_avx2.cpp, _vnni.cpp)
  * defines, before including this:
  *
- *   OGA_QL_TARGET                  the target attribute of every function here
- *   OGA_QL_NAME                    the loops' name ("avx2", ...)
- *   __m256i DotBytes(acc, u, s)    acc + the products of unsigned bytes u and signed bytes s, four
- *                                  neighbours summed into each 32-bit lane
+ *   OGA_QL_TARGET    the target attribute of every function here
+ *   OGA_QL_NAME      the loops' name ("avx2", ...)
+ *   the exact integer dot products of 4 unsigned codes and 4 activation codes per 32-bit lane:
+ *     __m256i Dot4Start(); Dot4Add(acc, u, s); Dot4Finish(acc)        4-bit codes 0..15 in u
+ *     Codes8 Dot8Prepare(w); Dot8Add(acc, Codes8, s); Dot8Finish(acc, S)
+ *                      8-bit: w the unsigned codes, the result that of the signed codes w - 128
+ *                      (S: the block's sum of activation codes)
  *
- * and gets `const QuantizedLinearMath kVectorQuantizedLinearMath`. Lane l of DotBytes is the same
- * exact integer whichever instruction makes it (vpmaddubsw + vpmaddwd never saturate on these
- * ranges), so the feature levels give the same bits.
+ * and gets `const QuantizedLinearMath kVectorQuantizedLinearMath`. Every lane's dot product is an
+ * exact integer whichever instructions make it, so the feature levels give the same bits.
  */
 #ifndef OGA_ORTOPS_QUANTIZED_LINEAR_SIMD_H_
 #define OGA_ORTOPS_QUANTIZED_LINEAR_SIMD_H_
@@ -18,6 +20,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "quantized_linear.h"
@@ -45,80 +48,50 @@ OGA_QL_TARGET inline float BlockAmax(const __m256 v[4], bool* nan) {
 }
 
 OGA_QL_TARGET void Quantize(const float* x, int64_t k, int64_t r0, int64_t r1, const QuantizedRows& out) {
-  const int64_t blocks = k / kQuantBlock;
   for (int64_t r = r0; r < r1; ++r) {
-    int8_t* codes = out.codes + r * out.pairs * 64;
-    float* scales = out.scales + r * out.pairs * 2;
-    float* sums = out.sums + r * out.pairs * 2;
-    for (int64_t b = 0; b < out.pairs * 2; ++b) {
-      int8_t* pair = codes + (b / 2) * 64 + (b % 2) * 16;  // values 0..15 here, 16..31 at +32
-      if (b >= blocks) {  // the padding block
-        std::memset(pair, 0, 16);
-        std::memset(pair + 32, 0, 16);
-        scales[b] = 0.0f;
-        sums[b] = 0.0f;
-        continue;
-      }
+    for (int64_t b = 0; b < out.blocks; ++b) {
+      int8_t* codes = out.codes + (r * out.blocks + b) * kQuantBlock;
       const float* v = x + r * k + b * kQuantBlock;
       __m256 values[4];
       for (int i = 0; i < 4; ++i) values[i] = _mm256_loadu_ps(v + 8 * i);
       bool nan = false;
       const float amax = BlockAmax(values, &nan);
+      if (nan || amax == INFINITY) {  // the row's outputs are NaN
+        std::memset(codes, 0, kQuantBlock);
+        out.scales[r * out.blocks + b] = __builtin_nanf("");
+        out.sums[r * out.blocks + b] = 0.0f;
+        continue;
+      }
       const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
       __m256i q[4];
       // round to nearest even (the default rounding mode), as the portable loops' nearbyint
       for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(values[i], inv));
-      // int32 -> int8 with saturation (only NaN's -2^31 saturates, to -128); packs interleave the
-      // 128-bit lanes, the permute puts the values back in order
+      // int32 -> int8 (|q| <= 127: nothing saturates); packs interleave the 128-bit lanes, the
+      // permute puts the values back in order
       const __m256i words01 = _mm256_packs_epi32(q[0], q[1]);
       const __m256i words23 = _mm256_packs_epi32(q[2], q[3]);
       __m256i bytes = _mm256_packs_epi16(words01, words23);
       bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(pair), _mm256_castsi256_si128(bytes));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(pair + 32), _mm256_extracti128_si256(bytes, 1));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes), bytes);
       // sum of the 32 codes: bytes -> 16-bit pairs -> 32-bit
       const __m256i pairs16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), bytes);
       const __m256i lanes = _mm256_madd_epi16(pairs16, _mm256_set1_epi16(1));
       __m128i s = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
       s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
       s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-      scales[b] = nan ? __builtin_nanf("") : amax / 127.0f;
-      sums[b] = static_cast<float>(_mm_cvtsi128_si32(s));
+      out.scales[r * out.blocks + b] = amax / 127.0f;
+      out.sums[r * out.blocks + b] = static_cast<float>(_mm_cvtsi128_si32(s));
     }
   }
 }
 
 // ---- the panels ---------------------------------------------------------------------------------
 
-// 32-bit lanes of one column and one pair of blocks: lanes 0-3 block b, 4-7 block b+1.
-template <int Bits>
-OGA_QL_TARGET inline __m256i ColumnDot(const uint8_t* codes, const int8_t* qx) {
-  const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx));
-  const __m256i xb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + 32));
-  if (Bits == 4) {
-    const __m256i nibbles = _mm256_set1_epi8(0x0F);
-    const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes));
-    const __m256i lo = _mm256_and_si256(w, nibbles);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), nibbles);
-    return DotBytes(DotBytes(_mm256_setzero_si256(), lo, xa), hi, xb);
-  }
-  // signed codes: |w| (unsigned, at most 128) against qx with w's sign
-  const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes));
-  const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes + 32));
-  const __m256i acc = DotBytes(_mm256_setzero_si256(), _mm256_abs_epi8(w0), _mm256_sign_epi8(xa, w0));
-  return DotBytes(acc, _mm256_abs_epi8(w1), _mm256_sign_epi8(xb, w1));
-}
-
-// The 8 columns' exact dot products of block b (first) and b+1 from their 32-bit lanes.
-OGA_QL_TARGET inline void ColumnSums(const __m256i v[8], __m256i* block0, __m256i* block1) {
-  const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]);
-  const __m256i h23 = _mm256_hadd_epi32(v[2], v[3]);
-  const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]);
-  const __m256i h67 = _mm256_hadd_epi32(v[6], v[7]);
-  const __m256i g0 = _mm256_hadd_epi32(h01, h23);  // [c0..c3 of b | c0..c3 of b+1]
-  const __m256i g1 = _mm256_hadd_epi32(h45, h67);  // [c4..c7 of b | c4..c7 of b+1]
-  *block0 = _mm256_permute2x128_si256(g0, g1, 0x20);
-  *block1 = _mm256_permute2x128_si256(g0, g1, 0x31);
+// Activation codes 4t .. 4t+3 in every 32-bit lane.
+OGA_QL_TARGET inline __m256i Broadcast4(const int8_t* codes) {
+  int32_t four;
+  std::memcpy(&four, codes, sizeof(four));
+  return _mm256_set1_epi32(four);
 }
 
 OGA_QL_TARGET inline __m256 LoadScales(const float* p) { return _mm256_load_ps(p); }
@@ -132,32 +105,59 @@ OGA_QL_TARGET inline __m256 Accumulate(__m256 acc, __m256i dots, __m256 s, __m25
   return _mm256_fmadd_ps(_mm256_set1_ps(dx), t, acc);
 }
 
-// Rows r0 .. r0+R-1 against panel p: every column pair unpacked once for the R rows.
+// Rows r0 .. r0+R-1 against panel p: each block's codes are loaded and unpacked once for the R rows.
 template <int R, int Bits, typename Scale>
 OGA_QL_TARGET inline void PanelTile(const PackedQuantizedWeight& w, const QuantizedRows& x, int64_t r0, int64_t p,
                                     float* y, int64_t ldy) {
   __m256 acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t j = 0; j < w.pairs; ++j) {
-    const uint8_t* pair = w.Pair(p, j);
-    const Scale* scales = reinterpret_cast<const Scale*>(pair + kColumns * w.code_bytes);
-    __m256i lanes[R][8];
+  const __m256i nibbles = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < w.blocks; ++b) {
+    const uint8_t* block = w.Block(p, b);
+    const int8_t* qx[R];
 #pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c)
+    for (int r = 0; r < R; ++r) qx[r] = x.Codes(r0 + r, b);
+    // two sums per row (the low and high nibbles, or even and odd code vectors), added at the end:
+    // half the dependency chain, so a single row keeps the multipliers busy
+    __m256i dots[R], more[R];
+    if (Bits == 4) {
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) lanes[r][c] = ColumnDot<Bits>(pair + c * w.code_bytes, x.Codes(r0 + r, j));
-    const __m256 s0 = LoadScales(scales), c0 = LoadScales(scales + kColumns);
-    const __m256 s1 = LoadScales(scales + 2 * kColumns), c1 = LoadScales(scales + 3 * kColumns);
+      for (int r = 0; r < R; ++r) dots[r] = more[r] = Dot4Start();
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const __m256i codes = _mm256_load_si256(reinterpret_cast<const __m256i*>(block + 32 * j));
+        const __m256i lo = _mm256_and_si256(codes, nibbles);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(codes, 4), nibbles);
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      __m256i d0, d1;
-      ColumnSums(lanes[r], &d0, &d1);
-      const float* dx = x.Scales(r0 + r) + 2 * j;
-      const float* sums = x.Sums(r0 + r) + 2 * j;
-      acc[r] = Accumulate(acc[r], d0, s0, c0, dx[0], sums[0]);
-      acc[r] = Accumulate(acc[r], d1, s1, c1, dx[1], sums[1]);
+        for (int r = 0; r < R; ++r) {
+          dots[r] = Dot4Add(dots[r], lo, Broadcast4(qx[r] + 4 * j));
+          more[r] = Dot4Add(more[r], hi, Broadcast4(qx[r] + 16 + 4 * j));
+        }
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) dots[r] = _mm256_add_epi32(Dot4Finish(dots[r]), Dot4Finish(more[r]));
+    } else {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) dots[r] = more[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; j += 2) {
+        const Codes8 even = Dot8Prepare(_mm256_load_si256(reinterpret_cast<const __m256i*>(block + 32 * j)));
+        const Codes8 odd = Dot8Prepare(_mm256_load_si256(reinterpret_cast<const __m256i*>(block + 32 * j + 32)));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          dots[r] = Dot8Add(dots[r], even, Broadcast4(qx[r] + 4 * j));
+          more[r] = Dot8Add(more[r], odd, Broadcast4(qx[r] + 4 * j + 4));
+        }
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+        dots[r] = Dot8Finish(_mm256_add_epi32(dots[r], more[r]), static_cast<int>(x.Sums(r0 + r)[b]));
     }
+    const Scale* scales = reinterpret_cast<const Scale*>(block + w.code_bytes);
+    const __m256 s = LoadScales(scales), c = LoadScales(scales + kColumns);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r] = Accumulate(acc[r], dots[r], s, c, x.Scales(r0 + r)[b], x.Sums(r0 + r)[b]);
   }
   const int64_t columns = std::min<int64_t>(kColumns, w.n - p * kColumns);
 #pragma GCC unroll 8
