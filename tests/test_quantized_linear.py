@@ -3,7 +3,6 @@
 block sizes above 32) in a one-node ONNX Runtime session, against numpy computing with the same
 dequantized weight and the same int8 activations; each row the same bits alone and in any batch, and
 the same on every code path (portable, AVX2, AVX-VNNI); the errors it reports."""
-import ctypes
 import zlib
 
 import numpy as np
@@ -18,11 +17,7 @@ ROWS = (1, 2, 3, 7, 16, 64)
 
 
 def _library():
-    lib = ortops.library()
-    lib.OgaOrtOpsQuantizedLinearMath.restype = ctypes.c_char_p
-    lib.OgaOrtOpsSetQuantizedLinearMath.argtypes = [ctypes.c_char_p]
-    lib.OgaOrtOpsSetQuantizedLinearMath.restype = ctypes.c_int
-    return lib
+    return ortops.library()
 
 
 def _cpu_flags():
@@ -49,7 +44,7 @@ def force_math():
 
     def force(name):
         assert lib.OgaOrtOpsSetQuantizedLinearMath(name.encode()) == 1, name
-        assert lib.OgaOrtOpsQuantizedLinearMath().decode() == name
+        assert ortops.quantized_linear_math() == name
 
     yield force
     lib.OgaOrtOpsSetQuantizedLinearMath(None)
