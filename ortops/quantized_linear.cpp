@@ -7,14 +7,15 @@
 #include <string>
 
 #include "library_state.h"
+#include "row_math.h"
 
 namespace ortops {
 
 using namespace ortapi;
 
-const InputSpec QuantizedLinear::kInputs[] = {
-    {kFloat, false}, {kUint8, false}, {kFloat, false}, {kUint8, true}, {kFloat16, true}};
-const OutputSpec QuantizedLinear::kOutputs[] = {{kFloat, false}};
+const InputSpec QuantizedLinear::kInputs[] = {{kFloat, false}, {kUint8, false}, {kFloat, false}, {kUint8, true},
+                                              {kFloat16, true}, {kFloat, true},  {kFloat, true}};
+const OutputSpec QuantizedLinear::kOutputs[] = {{kFloat, false}, {kFloat, true}};
 
 // ---- packing ------------------------------------------------------------------------------------
 
@@ -120,35 +121,33 @@ PackedQuantizedWeight PackQuantizedWeight(int bits, int64_t block_size, int64_t 
 
 namespace {
 
-void PortableQuantize(const float* x, int64_t k, int64_t r0, int64_t r1, const QuantizedRows& out) {
-  for (int64_t r = r0; r < r1; ++r) {
-    for (int64_t b = 0; b < out.blocks; ++b) {
-      int8_t* codes = out.codes + (r * out.blocks + b) * kQuantBlock;
-      const float* v = x + r * k + b * kQuantBlock;
-      // the largest magnitude, NaN passed over (the vector loops' max keeps its second operand on NaN)
-      float amax = 0.0f;
-      bool nan = false;
-      for (int64_t i = 0; i < kQuantBlock; ++i) {
-        const float a = std::fabs(v[i]);
-        amax = a > amax ? a : amax;
-        nan = nan || std::isnan(v[i]);
-      }
-      if (nan || amax == INFINITY) {  // the row's outputs are NaN
-        std::memset(codes, 0, kQuantBlock);
-        out.scales[r * out.blocks + b] = std::nanf("");
-        out.sums[r * out.blocks + b] = 0.0f;
-        continue;
-      }
-      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-      int sum = 0;
-      for (int64_t i = 0; i < kQuantBlock; ++i) {
-        const int q = static_cast<int>(std::nearbyint(v[i] * inv));  // nearest, ties to even
-        codes[i] = static_cast<int8_t>(q);
-        sum += q;
-      }
-      out.scales[r * out.blocks + b] = amax / 127.0f;
-      out.sums[r * out.blocks + b] = static_cast<float>(sum);
+void PortableQuantizeRow(const float* x, int64_t r, const QuantizedRows& out) {
+  for (int64_t b = 0; b < out.blocks; ++b) {
+    int8_t* codes = out.codes + (r * out.blocks + b) * kQuantBlock;
+    const float* v = x + b * kQuantBlock;
+    // the largest magnitude, NaN passed over (the vector loops' max keeps its second operand on NaN)
+    float amax = 0.0f;
+    bool nan = false;
+    for (int64_t i = 0; i < kQuantBlock; ++i) {
+      const float a = std::fabs(v[i]);
+      amax = a > amax ? a : amax;
+      nan = nan || std::isnan(v[i]);
     }
+    if (nan || amax == INFINITY) {  // the row's outputs are NaN
+      std::memset(codes, 0, kQuantBlock);
+      out.scales[r * out.blocks + b] = std::nanf("");
+      out.sums[r * out.blocks + b] = 0.0f;
+      continue;
+    }
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int sum = 0;
+    for (int64_t i = 0; i < kQuantBlock; ++i) {
+      const int q = static_cast<int>(std::nearbyint(v[i] * inv));  // nearest, ties to even
+      codes[i] = static_cast<int8_t>(q);
+      sum += q;
+    }
+    out.scales[r * out.blocks + b] = amax / 127.0f;
+    out.sums[r * out.blocks + b] = static_cast<float>(sum);
   }
 }
 
@@ -214,7 +213,7 @@ std::atomic<const QuantizedLinearMath*> forced_math{nullptr};
 
 }  // namespace
 
-const QuantizedLinearMath kPortableQuantizedLinearMath = {PortableQuantize, PortablePanels, "portable"};
+const QuantizedLinearMath kPortableQuantizedLinearMath = {PortableQuantizeRow, PortablePanels, "portable"};
 
 const QuantizedLinearMath& SelectQuantizedLinearMath() {
   if (const QuantizedLinearMath* forced = forced_math.load(std::memory_order_relaxed)) return *forced;
@@ -240,6 +239,7 @@ bool SetQuantizedLinearMath(const char* name) {
 namespace {
 
 struct RowsScratchTag {};
+struct PreparedRowTag {};
 const char* const kNotConstant =
     " must be a constant initializer (the weight is repacked once, when the session is created)";
 
@@ -247,6 +247,12 @@ const char* const kNotConstant =
 
 QuantizedLinear::QuantizedLinear(const KernelInfo& info) {
   const int64_t k = info.Int("K"), n = info.Int("N"), bits = info.Int("bits");
+  const int64_t activation = info.Int("activation", 0);
+  Require(activation == 0 || activation == 1, "activation must be 0 (none) or 1 (swiglu), got " +
+                                                  std::to_string(activation));
+  swiglu_ = activation == 1;
+  epsilon_ = info.Float("epsilon", 1e-5f);
+  Require(std::isfinite(epsilon_) && epsilon_ >= 0.0f, "epsilon must be finite and >= 0");
   const int64_t block_size = info.Int("block_size");
   const Tensor codes = info.ConstantInput(1), scales = info.ConstantInput(2);
   const Tensor zero_points = info.ConstantInput(3), offsets = info.ConstantInput(4);
@@ -290,16 +296,32 @@ void QuantizedLinear::Compute(KernelCall& call) {
     throw OpError(std::string("zero_points") + kNotConstant);
   if (call.InputCount() > 4 && !has_offsets_ && call.Input(4).present())
     throw OpError(std::string("block_offsets") + kNotConstant);
-  const Tensor x = call.Input(0);
+  const Tensor x = call.Input(0), skip = call.Input(5), gamma = call.Input(6);
+  const int64_t k = weight_.k, width = swiglu_ ? 2 * k : k;  // x's columns
   Require(x.present() && x.type == kFloat, std::string("x must be float32, got ") + ElementTypeName(x.type));
-  Require(x.rank() >= 1 && x.dim(x.rank() - 1) == weight_.k,
-          "x " + x.ShapeText() + " must have K = " + std::to_string(weight_.k) + " as its last dimension");
+  Require(x.rank() >= 1 && x.dim(x.rank() - 1) == width,
+          "x " + x.ShapeText() + " must have " + (swiglu_ ? "2K = " : "K = ") + std::to_string(width) +
+              " as its last dimension");
+  const bool norm = gamma.present();
+  if (norm) {
+    Require(!swiglu_, "gamma (RMSNorm) and activation swiglu cannot be combined");
+    Require(gamma.type == kFloat && gamma.rank() == 1 && gamma.dim(0) == k,
+            "gamma " + gamma.ShapeText() + " must be float32 [K] = [" + std::to_string(k) + "]");
+  }
+  if (skip.present()) {
+    Require(norm, "skip needs gamma (it is added before the RMSNorm)");
+    Require(skip.type == kFloat && skip.shape == x.shape, "skip " + skip.ShapeText() + " must have x's shape " +
+                                                              x.ShapeText());
+  }
   Shape out_shape = x.shape;
   out_shape[out_shape.size() - 1] = weight_.n;
   Tensor y = call.Output(0, out_shape);
-  const int64_t rows = x.elements() / weight_.k;
+  // the residual sum x + skip (x itself without skip), when the node asks for it
+  Tensor sum = norm ? call.OptionalOutput(1, x.shape) : Tensor{};
+  const int64_t rows = x.elements() / width;
   if (rows == 0) return;
   const QuantizedLinearMath& math = SelectQuantizedLinearMath();
+  const RowMath& row_math = SelectRowMath();
 
   // The quantized activations live in the calling thread's scratch: the workers read them while
   // this thread waits in ParallelFor.
@@ -311,14 +333,32 @@ void QuantizedLinear::Compute(KernelCall& call) {
   q.scales = floats;
   q.sums = floats + rows * q.blocks;
   const float* in = x.as<float>();
-  const int64_t k = weight_.k;
-  constexpr int64_t kQuantizeRows = 16;  // rows per task when quantizing many rows
-  if (rows <= kQuantizeRows) {
-    math.quantize(in, k, 0, rows, q);
+  const float* residual = skip.present() ? skip.as<float>() : nullptr;
+  const float* weight = norm ? gamma.as<float>() : nullptr;
+  float* total = sum.present() ? sum.as<float>() : nullptr;
+  const float eps = epsilon_;
+  const bool swiglu = swiglu_;
+  // Row r's linear input (normed, activated or x itself), quantized.
+  auto prepare = [&](int64_t r) {
+    const float* row = in + r * width;
+    if (norm || swiglu) {
+      float* prepared = ThreadScratch<PreparedRowTag>(static_cast<size_t>(k));
+      if (norm)
+        row_math.rms_norm(row, residual ? residual + r * k : nullptr, weight, k, eps, prepared,
+                          total ? total + r * k : nullptr);
+      else
+        row_math.swiglu(row, row + k, k, prepared);
+      row = prepared;
+    }
+    math.quantize_row(row, r, q);
+  };
+  constexpr int64_t kPrepareRows = 16;  // rows per task when preparing many rows
+  if (rows <= kPrepareRows) {
+    for (int64_t r = 0; r < rows; ++r) prepare(r);
   } else {
-    call.ParallelFor(static_cast<size_t>((rows + kQuantizeRows - 1) / kQuantizeRows), [&](size_t t) {
-      const int64_t r0 = static_cast<int64_t>(t) * kQuantizeRows;
-      math.quantize(in, k, r0, std::min(rows, r0 + kQuantizeRows), q);
+    call.ParallelFor(static_cast<size_t>((rows + kPrepareRows - 1) / kPrepareRows), [&](size_t t) {
+      const int64_t r0 = static_cast<int64_t>(t) * kPrepareRows;
+      for (int64_t r = r0; r < std::min(rows, r0 + kPrepareRows); ++r) prepare(r);
     });
   }
 

@@ -4,23 +4,31 @@
  * blocks and from round-to-nearest quantization, and what onnxruntime-genai's builder writes), with
  * GGUF Q4_1's per-block offsets as one more input:
  *
- *   0 x              float [..., K]
+ *   0 x              float [..., K] (with activation swiglu: [..., 2K], gate then up)
  *   1 codes          uint8 [N, K / block_size, block_size * bits / 8]   (MatMulNBits' B)
  *   2 scales         float [N * K / block_size]
  *   3 zero_points    uint8 (optional) 4-bit: [N * ceil(blocks / 2)], two a byte, low nibble first;
  *                    8-bit: [N * blocks]; absent: 2^(bits-1)
  *   4 block_offsets  float16 [K / 32, N] (optional) c, added to every value of its block
+ *   5 skip           float [..., K] (optional, with 6) the residual stream
+ *   6 gamma          float [K] (optional) RMSNorm's weight: the linear reads RMSNorm(x + skip) * gamma
  *
  *   0 y              float [..., N]
+ *   1 sum            float [..., K] (optional, with 6) x + skip: the next residual
  *
- * Attributes: K, N, bits (4 or 8), block_size (a multiple of 32). Every value of W is
+ * Attributes: K, N, bits (4 or 8), block_size (a multiple of 32); epsilon (RMSNorm's, default 1e-5);
+ * activation (0: none, the default; 1: swiglu, the linear reads SiLU(gate) * up). With gamma the node
+ * is oga.SkipRMSNorm and the linear in one, with swiglu oga.SwiGlu and the linear: the same row loops
+ * (row_math.h) feed the activation quantization directly, so the graph computes the same bits with
+ * fewer nodes and no intermediate tensor. Every value of W is
  * w = (q - z) * s (+ c). Inputs 1-4 must be constant initializers: the weight is repacked once, when
  * the session creates the kernel, into panels of kColumns output columns (PackedQuantizedWeight), and
  * the initializers are not read again.
  *
  * The activations are quantized to int8 per block of 32 values, as llama.cpp's Q8 activations and
  * MatMulNBits' accuracy_level 4 do: dx = max|x| / 127, qx = round(x * (127 / max|x|)) (a block
- * holding an infinity or NaN gets dx = NaN and codes 0: its row's outputs are NaN). Each output is then, over the blocks b of K in ascending order,
+ * holding an infinity or NaN gets dx = NaN and codes 0: its row's outputs are NaN). Each output is
+ * then, over the blocks b of K in ascending order,
  *
  *     acc = fma(dx_b, fma(s_b, D_b, c'_b * S_b), acc)     acc starting at 0
  *
@@ -28,7 +36,9 @@
  * c'_b = c_b - s_b * z_b (the zero point folded into the offset once, at packing). Every path (the
  * portable loops, AVX2, AVX-VNNI; one row or a tile of rows; any thread split) computes exactly these
  * operations in this order, so a row's outputs are the same bits alone, in any batch and on any of
- * these CPUs' code paths.
+ * these CPUs' code paths. (With gamma or swiglu, the row loops before the quantization are
+ * row_math.h's: batch-invariant too, but its portable and AVX2 versions agree only to float32
+ * rounding.)
  */
 #ifndef OGA_ORTOPS_QUANTIZED_LINEAR_H_
 #define OGA_ORTOPS_QUANTIZED_LINEAR_H_
@@ -95,8 +105,8 @@ struct QuantizedRows {
 
 // The loops, one set per CPU feature level.
 struct QuantizedLinearMath {
-  // Quantizes x rows [r0, r1) (row r at x + r * k) into `out`.
-  void (*quantize)(const float* x, int64_t k, int64_t r0, int64_t r1, const QuantizedRows& out);
+  // Quantizes one row (out.blocks * 32 values) into row r of `out`.
+  void (*quantize_row)(const float* x, int64_t r, const QuantizedRows& out);
   // y[r][8p + j] for rows [r0, r1) and panels [p0, p1), row r of y at y + r * ldy, only columns < n.
   void (*panels)(const PackedQuantizedWeight& w, const QuantizedRows& x, int64_t r0, int64_t r1, int64_t p0,
                  int64_t p1, float* y, int64_t ldy);
@@ -122,9 +132,9 @@ class QuantizedLinear {
  public:
   static constexpr const char* kName = "QuantizedLinear";
   static const InputSpec kInputs[];
-  static constexpr size_t kNumInputs = 5;
+  static constexpr size_t kNumInputs = 7;
   static const OutputSpec kOutputs[];
-  static constexpr size_t kNumOutputs = 1;
+  static constexpr size_t kNumOutputs = 2;
 
   explicit QuantizedLinear(const KernelInfo& info);
   void Compute(KernelCall& call);
@@ -132,6 +142,8 @@ class QuantizedLinear {
  private:
   PackedQuantizedWeight weight_;
   bool has_zero_points_ = false, has_offsets_ = false;
+  bool swiglu_ = false;
+  float epsilon_ = 1e-5f;
 };
 
 }  // namespace ortops

@@ -47,41 +47,39 @@ OGA_QL_TARGET inline float BlockAmax(const __m256 v[4], bool* nan) {
   return _mm_cvtss_f32(h);
 }
 
-OGA_QL_TARGET void Quantize(const float* x, int64_t k, int64_t r0, int64_t r1, const QuantizedRows& out) {
-  for (int64_t r = r0; r < r1; ++r) {
-    for (int64_t b = 0; b < out.blocks; ++b) {
-      int8_t* codes = out.codes + (r * out.blocks + b) * kQuantBlock;
-      const float* v = x + r * k + b * kQuantBlock;
-      __m256 values[4];
-      for (int i = 0; i < 4; ++i) values[i] = _mm256_loadu_ps(v + 8 * i);
-      bool nan = false;
-      const float amax = BlockAmax(values, &nan);
-      if (nan || amax == INFINITY) {  // the row's outputs are NaN
-        std::memset(codes, 0, kQuantBlock);
-        out.scales[r * out.blocks + b] = __builtin_nanf("");
-        out.sums[r * out.blocks + b] = 0.0f;
-        continue;
-      }
-      const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
-      __m256i q[4];
-      // round to nearest even (the default rounding mode), as the portable loops' nearbyint
-      for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(values[i], inv));
-      // int32 -> int8 (|q| <= 127: nothing saturates); packs interleave the 128-bit lanes, the
-      // permute puts the values back in order
-      const __m256i words01 = _mm256_packs_epi32(q[0], q[1]);
-      const __m256i words23 = _mm256_packs_epi32(q[2], q[3]);
-      __m256i bytes = _mm256_packs_epi16(words01, words23);
-      bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes), bytes);
-      // sum of the 32 codes: bytes -> 16-bit pairs -> 32-bit
-      const __m256i pairs16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), bytes);
-      const __m256i lanes = _mm256_madd_epi16(pairs16, _mm256_set1_epi16(1));
-      __m128i s = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
-      s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-      s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-      out.scales[r * out.blocks + b] = amax / 127.0f;
-      out.sums[r * out.blocks + b] = static_cast<float>(_mm_cvtsi128_si32(s));
+OGA_QL_TARGET void QuantizeRow(const float* x, int64_t r, const QuantizedRows& out) {
+  for (int64_t b = 0; b < out.blocks; ++b) {
+    int8_t* codes = out.codes + (r * out.blocks + b) * kQuantBlock;
+    const float* v = x + b * kQuantBlock;
+    __m256 values[4];
+    for (int i = 0; i < 4; ++i) values[i] = _mm256_loadu_ps(v + 8 * i);
+    bool nan = false;
+    const float amax = BlockAmax(values, &nan);
+    if (nan || amax == INFINITY) {  // the row's outputs are NaN
+      std::memset(codes, 0, kQuantBlock);
+      out.scales[r * out.blocks + b] = __builtin_nanf("");
+      out.sums[r * out.blocks + b] = 0.0f;
+      continue;
     }
+    const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    __m256i q[4];
+    // round to nearest even (the default rounding mode), as the portable loops' nearbyint
+    for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(values[i], inv));
+    // int32 -> int8 (|q| <= 127: nothing saturates); packs interleave the 128-bit lanes, the
+    // permute puts the values back in order
+    const __m256i words01 = _mm256_packs_epi32(q[0], q[1]);
+    const __m256i words23 = _mm256_packs_epi32(q[2], q[3]);
+    __m256i bytes = _mm256_packs_epi16(words01, words23);
+    bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes), bytes);
+    // sum of the 32 codes: bytes -> 16-bit pairs -> 32-bit
+    const __m256i pairs16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), bytes);
+    const __m256i lanes = _mm256_madd_epi16(pairs16, _mm256_set1_epi16(1));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    out.scales[r * out.blocks + b] = amax / 127.0f;
+    out.sums[r * out.blocks + b] = static_cast<float>(_mm_cvtsi128_si32(s));
   }
 }
 
@@ -199,7 +197,7 @@ OGA_QL_TARGET void Panels(const PackedQuantizedWeight& w, const QuantizedRows& x
     w.half_scales ? PanelsOf<8, Half>(w, x, r0, r1, p0, p1, y, ldy) : PanelsOf<8, float>(w, x, r0, r1, p0, p1, y, ldy);
 }
 
-const QuantizedLinearMath kVectorQuantizedLinearMath = {Quantize, Panels, OGA_QL_NAME};
+const QuantizedLinearMath kVectorQuantizedLinearMath = {QuantizeRow, Panels, OGA_QL_NAME};
 
 }  // namespace
 }  // namespace ortops

@@ -229,3 +229,101 @@ def test_the_loops_can_be_forced_and_released():
     finally:
         lib.OgaOrtOpsSetPortable(0)
     assert lib.OgaOrtOpsQuantizedLinearMath().decode() == best
+
+
+# ------------------------------------------------------------------------------------------------
+# The norm and activation before the linear (inputs skip / gamma, attribute activation)
+
+def _fused_graph(q, mode, separate):
+    """mode "norm": RMSNorm(x + skip) * gamma then the linear, with the sum as a second output;
+    "swiglu": SiLU(gate) * up then the linear. `separate`: oga.SkipRMSNorm / oga.SwiGlu nodes before a
+    plain QuantizedLinear (the graph before fusion)."""
+    value = helper.make_tensor_value_info
+    attributes = dict(K=q.k, N=q.n, bits=q.bits, block_size=q.block_size)
+    weight = ["codes", "scales", "zero_points" if q.zero_points is not None else "",
+              "offsets" if q.offsets is not None else ""]
+    tensors = [numpy_helper.from_array(q.packed_codes(), "codes"), numpy_helper.from_array(q.flat_scales(), "scales")]
+    if q.zero_points is not None:
+        tensors.append(numpy_helper.from_array(q.packed_zero_points(), "zero_points"))
+    if q.offsets is not None:
+        tensors.append(numpy_helper.from_array(np.ascontiguousarray(q.offsets.T).astype(np.float16), "offsets"))
+    outputs = [value("y", TensorProto.FLOAT, ["R", q.n])]
+    if mode == "norm":
+        inputs = [value("x", TensorProto.FLOAT, ["R", "K"]), value("skip", TensorProto.FLOAT, ["S", "K"])]
+        tensors.append(numpy_helper.from_array(np.linspace(0.5, 1.5, q.k).astype(np.float32), "gamma"))
+        outputs.append(value("sum", TensorProto.FLOAT, ["R", q.k]))
+        if separate:
+            nodes = [helper.make_node("SkipRMSNorm", ["x", "skip", "gamma"], ["normed", "sum"], domain="oga",
+                                      epsilon=1e-5),
+                     helper.make_node("QuantizedLinear", ["normed"] + weight, ["y"], domain="oga", **attributes)]
+        else:
+            nodes = [helper.make_node("QuantizedLinear", ["x"] + weight + ["skip", "gamma"], ["y", "sum"],
+                                      domain="oga", epsilon=1e-5, **attributes)]
+    else:
+        inputs = [value("x", TensorProto.FLOAT, ["R", "W"])]
+        if separate:
+            nodes = [helper.make_node("SwiGlu", ["x"], ["act"], domain="oga"),
+                     helper.make_node("QuantizedLinear", ["act"] + weight, ["y"], domain="oga", **attributes)]
+        else:
+            nodes = [helper.make_node("QuantizedLinear", ["x"] + weight, ["y"], domain="oga", activation=1,
+                                      **attributes)]
+    model = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, initializer=tensors),
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("oga", 1)])
+    model.ir_version = 8
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    ortops.register(options)
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("mode", ["norm", "swiglu"])
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+def test_the_norm_and_the_activation_inside_give_the_bits_of_the_separate_nodes(mode, kind, force_math):
+    rng = np.random.default_rng(zlib.crc32(f"{mode} {kind}".encode()))
+    q = _weight(kind, 40, 96, rng)
+    width = q.k if mode == "norm" else 2 * q.k
+    feeds = {"x": rng.standard_normal((max(ROWS), width)).astype(np.float32)}
+    if mode == "norm":
+        feeds["skip"] = rng.standard_normal((max(ROWS), q.k)).astype(np.float32)
+    fused, separate = _fused_graph(q, mode, False), _fused_graph(q, mode, True)
+    lib = _library()
+    for portable in (0, 1):
+        lib.OgaOrtOpsSetPortable(portable)
+        try:
+            for math in (["portable"] if portable else _available_maths()):
+                force_math(math)
+                together = fused.run(None, feeds)
+                for got, want in zip(together, separate.run(None, feeds)):
+                    np.testing.assert_array_equal(got, want, err_msg=f"{math}, portable rows {portable}")
+                for count in ROWS:
+                    part = fused.run(None, {name: v[:count] for name, v in feeds.items()})
+                    for got, want in zip(part, together):
+                        np.testing.assert_array_equal(got, want[:count], err_msg=f"{math}, {count} rows")
+        finally:
+            lib.OgaOrtOpsSetPortable(0)
+
+
+def test_norm_and_activation_errors():
+    rng = np.random.default_rng(8)
+    q = _weight("Q4_0", 16, 64, rng)
+    swiglu = _fused_graph(q, "swiglu", False)
+    with pytest.raises(Exception, match=r"x \[2, 64\] must have 2K = 128 as its last dimension"):
+        swiglu.run(None, {"x": np.zeros((2, 64), np.float32)})
+    norm = _fused_graph(q, "norm", False)
+    with pytest.raises(Exception, match=r"skip \[2, 64\] must have x's shape \[3, 64\]"):
+        norm.run(None, {"x": np.zeros((3, 64), np.float32), "skip": np.zeros((2, 64), np.float32)})
+    node = helper.make_node("QuantizedLinear", ["x", "codes", "scales", "", "", "skip"], ["y"], name="lin",
+                            domain="oga", K=64, N=16, bits=4, block_size=32)
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph([node], "g", [value("x", TensorProto.FLOAT, ["R", 64]),
+                                            value("skip", TensorProto.FLOAT, ["R", 64])],
+                              [value("y", TensorProto.FLOAT, ["R", 16])],
+                              initializer=[numpy_helper.from_array(q.packed_codes(), "codes"),
+                                           numpy_helper.from_array(q.flat_scales(), "scales")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("oga", 1)])
+    model.ir_version = 8
+    options = ort.SessionOptions()
+    ortops.register(options)
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match=r"oga\.QuantizedLinear node 'lin': skip needs gamma"):
+        session.run(None, {"x": np.zeros((2, 64), np.float32), "skip": np.zeros((2, 64), np.float32)})
