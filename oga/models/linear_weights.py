@@ -125,11 +125,14 @@ def emit_matmul(g, x: str, linear: Linear, accuracy_level: int, hint: str, outpu
     return y, [x, g.initializer(linear.name + ".block_offsets", half)]
 
 
-def emit_oga_linear(g, x: str, linear: Linear, hint: str, output: str | None = None) -> str:
-    """x @ W^T of a quantized `linear` as one oga.QuantizedLinear (offsets included); returns y."""
+def emit_oga_linear(g, x: str, linear: Linear, hint: str, output: str | None = None, *, skip: str | None = None,
+                    gamma: str | None = None, epsilon: float = 1e-5, want_sum: bool = False, swiglu: bool = False):
+    """x @ W^T of a quantized `linear` as one oga.QuantizedLinear (offsets included); returns y. With
+    `gamma` the node first takes RMSNorm(x (+ skip)) * gamma (and with `want_sum` returns (y, x + skip)
+    too); with `swiglu` x is gate|up and the node first takes SiLU(gate) * up."""
     q = linear.quantized
     inputs = [x, g.initializer(linear.name + ".codes", q.packed_codes()),
-              g.initializer(linear.name + ".scales", q.flat_scales()), "", ""]
+              g.initializer(linear.name + ".scales", q.flat_scales()), "", "", skip or "", gamma or ""]
     zero_points = q.packed_zero_points()
     if zero_points is not None:
         inputs[3] = g.initializer(linear.name + ".zero_points", zero_points)
@@ -141,8 +144,14 @@ def emit_oga_linear(g, x: str, linear: Linear, hint: str, output: str | None = N
         inputs[4] = g.initializer(linear.name + ".block_offsets", half)
     while inputs[-1] == "":
         inputs.pop()
-    return g.op("QuantizedLinear", inputs, hint, outputs=[output] if output else None, domain=OGA_DOMAIN, K=q.k,
-                N=q.n, bits=q.bits, block_size=q.block_size)
+    attributes = dict(K=q.k, N=q.n, bits=q.bits, block_size=q.block_size)
+    if gamma is not None:
+        attributes["epsilon"] = float(epsilon)
+    if swiglu:
+        attributes["activation"] = 1
+    base = g._unique(hint)
+    outputs = [output or f"{base}/output"] + ([f"{base}/sum"] if want_sum else [])
+    return g.op("QuantizedLinear", inputs, hint, outputs=outputs, domain=OGA_DOMAIN, **attributes)
 
 
 def emit(g, x: str, linear: Linear, accuracy_level: int, hint: str, bias: str | None = None,

@@ -72,10 +72,15 @@ class _Weights:
         return lw.fuse(name, [self.linear(p) for p in parts])
 
 
+def _oga_linear(linear: lw.Linear, accuracy: int) -> bool:
+    """Whether `linear` is computed by oga.QuantizedLinear (a quantized weight at its accuracy level)."""
+    return linear.quantized is not None and accuracy == lw.OGA_LINEAR_ACCURACY_LEVEL
+
+
 def _matmul(g: GraphBuilder, x: str, linear: lw.Linear, accuracy: int, hint: str, output: str | None = None):
     """(y, pending block offsets or None) of x @ W^T: oga.QuantizedLinear for a quantized weight at its
     accuracy level (offsets included, none pending), else linear_weights.emit_matmul."""
-    if linear.quantized is not None and accuracy == lw.OGA_LINEAR_ACCURACY_LEVEL:
+    if _oga_linear(linear, accuracy):
         return lw.emit_oga_linear(g, x, linear, hint, output=output), None
     return lw.emit_matmul(g, x, linear, accuracy, hint, output=output)
 
@@ -83,15 +88,31 @@ def _matmul(g: GraphBuilder, x: str, linear: lw.Linear, accuracy: int, hint: str
 def _linear(g: GraphBuilder, x: str, linear: lw.Linear, accuracy: int, hint: str, bias: str | None = None,
             output: str | None = None) -> str:
     """x @ W^T (+ bias) complete (no pending offsets), as _matmul chooses, else linear_weights.emit."""
-    if linear.quantized is not None and accuracy == lw.OGA_LINEAR_ACCURACY_LEVEL:
+    if _oga_linear(linear, accuracy):
         y = lw.emit_oga_linear(g, x, linear, hint, output=output if bias is None else None)
         return y if bias is None else g.op("Add", [y, bias], f"{hint}/bias", outputs=[output] if output else None)
     return lw.emit(g, x, linear, accuracy, hint, bias=bias, output=output)
 
 
-def _attention(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, w: _Weights, accuracy: int,
+def _normed_matmul(g: GraphBuilder, stream, norm_weight: str, eps: float, norm_hint: str, linear: lw.Linear,
+                   accuracy: int, hint: str):
+    """linear(RMSNorm(x (+ offsets) (+ residual)) * norm_weight) for the residual stream (x, offsets,
+    residual): one oga.QuantizedLinear with the norm inside when the linear is oga's and x has no
+    pending offsets, else oga.SkipRMSNorm and _matmul. Returns (y, y's pending offsets, new residual)."""
+    x, offsets, residual = stream
+    if _oga_linear(linear, accuracy) and not offsets:
+        y, total = lw.emit_oga_linear(g, x, linear, hint, skip=residual, gamma=norm_weight, epsilon=eps,
+                                      want_sum=True)
+        return y, None, total
+    h, residual = _norm(g, x, residual, norm_weight, eps, norm_hint, offsets)
+    y, pending = _matmul(g, h, linear, accuracy, hint)
+    return y, pending, residual
+
+
+def _attention(g: GraphBuilder, spec: DecoderSpec, layer: int, stream, norm_weight: str, w: _Weights, accuracy: int,
                cos: str, sin: str, ring: bool):
-    """The attention block; returns (o_proj output, its pending block offsets or None)."""
+    """The input norm and the attention block over the residual stream (x, offsets, residual);
+    returns the stream after it: (o_proj output, its pending block offsets or None, residual)."""
     p = f"model.layers.{layer}.self_attn."
     projections = w.fused(p + "qkv_proj.weight", [p + "q_proj.weight", p + "k_proj.weight", p + "v_proj.weight"])
     biases = [None] * len(projections)
@@ -102,11 +123,13 @@ def _attention(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, w: _Weigh
         biases = [g.initializer(f"{proj.name}.bias", b) for proj, b in zip(projections, parts)]
     offsets = []
     if len(projections) == 1:
-        qkv, offsets = _matmul(g, h, projections[0], accuracy, "qkv_proj")
+        qkv, offsets, residual = _normed_matmul(g, stream, norm_weight, spec.rms_norm_eps, "input_layernorm",
+                                                projections[0], accuracy, "qkv_proj")
         if biases[0] is not None:
             qkv = g.op("Add", [qkv, biases[0]], "qkv_proj/bias")
         qkv = [qkv, "", ""]
     else:   # q, k, v in different forms (e.g. a GGUF mixing Q4_1 and Q8_0): three linears
+        h, residual = _norm(g, stream[0], stream[2], norm_weight, spec.rms_norm_eps, "input_layernorm", stream[1])
         qkv = [_linear(g, h, proj, accuracy, proj.name.rsplit(".", 2)[-2], bias=b)
                for proj, b in zip(projections, biases)]
     window = int(spec.sliding_window) if spec.windowed(layer) else -1
@@ -119,20 +142,29 @@ def _attention(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, w: _Weigh
                 domain=OGA_DOMAIN, num_heads=spec.num_heads, kv_num_heads=spec.num_kv_heads,
                 scale=float(1.0 / np.sqrt(spec.head_dim)), do_rotary=1, rotary_interleaved=0,
                 local_window_size=window)[0]
-    return _matmul(g, attn, w.linear(p + "o_proj.weight"), accuracy, "o_proj")
+    return _matmul(g, attn, w.linear(p + "o_proj.weight"), accuracy, "o_proj") + (residual,)
 
 
-def _mlp(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, w: _Weights, accuracy: int):
-    """The MLP; returns (down_proj output, its pending block offsets or None)."""
+def _mlp(g: GraphBuilder, spec: DecoderSpec, layer: int, stream, norm_weight: str, w: _Weights, accuracy: int):
+    """The post-attention norm and the MLP over the residual stream; returns the stream after it
+    (down_proj output, its pending block offsets or None, residual). With oga's linears that is two
+    nodes: norm + gate|up, then SwiGLU + down."""
     p = f"model.layers.{layer}.mlp."
     projections = w.fused(p + "gate_up_proj.weight", [p + "gate_proj.weight", p + "up_proj.weight"])
+    down = w.linear(p + "down_proj.weight")
     if len(projections) == 1:
-        gate_up, offsets = _matmul(g, h, projections[0], accuracy, "gate_up_proj")
+        gate_up, offsets, residual = _normed_matmul(g, stream, norm_weight, spec.rms_norm_eps,
+                                                    "post_attention_layernorm", projections[0], accuracy,
+                                                    "gate_up_proj")
+        if not offsets and _oga_linear(down, accuracy):
+            return lw.emit_oga_linear(g, gate_up, down, "down_proj", swiglu=True), None, residual
         act = g.op("SwiGlu", [gate_up] + (offsets or []), "SwiGlu", domain=OGA_DOMAIN)
     else:
+        h, residual = _norm(g, stream[0], stream[2], norm_weight, spec.rms_norm_eps, "post_attention_layernorm",
+                            stream[1])
         gate, up = (_linear(g, h, proj, accuracy, hint) for proj, hint in zip(projections, ("gate_proj", "up_proj")))
         act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate], "silu/Sigmoid")], "silu/Mul"), up], "swiglu")
-    return _matmul(g, act, w.linear(p + "down_proj.weight"), accuracy, "down_proj")
+    return _matmul(g, act, down, accuracy, "down_proj") + (residual,)
 
 
 def _embeddings(g: GraphBuilder, spec: DecoderSpec, w: _Weights) -> str:
@@ -164,9 +196,14 @@ def _lm_head(g: GraphBuilder, spec: DecoderSpec, x: str, offsets, residual: str,
         if offsets:
             offsets = [g.op("Gather", [offsets[0], rows], "select_rows/offset_input", axis=0), offsets[1]]
     norm = g.initializer("model.norm.weight", _w(w.weights, "model.norm.weight"))
-    normed, _ = _norm(g, x, residual, norm, spec.rms_norm_eps, "norm", offsets)
     head_name = "model.embed_tokens.weight" if spec.tie_word_embeddings else "lm_head.weight"
     head = w.linear(head_name, bits=None if w.precision is None else 8)
+    if _oga_linear(head, accuracy) and not offsets:
+        head.name = "lm_head.weight"     # the final norm inside the head's node
+        lw.emit_oga_linear(g, x, head, "lm_head", output=cpu.LOGITS, skip=residual, gamma=norm,
+                           epsilon=spec.rms_norm_eps)
+        return
+    normed, _ = _norm(g, x, residual, norm, spec.rms_norm_eps, "norm", offsets)
     if head.quantized is None:
         # A float head: oga.LogitsHead, which also writes each row's block maxima while the logits are
         # in cache (the engine's greedy selection reads those instead of the whole row). A tied head
@@ -231,17 +268,19 @@ def build_cpu_fused_graph(spec: DecoderSpec, weights, *, blocks=None, precision=
         kind = spec.layer_type(i)
         g.scope = f"layers.{i}/" + {"attention": "attn", "conv": "conv", "recurrent": "recurrent"}[kind]
         ln1 = g.initializer(p + "input_layernorm.weight", _w(weights, p + "input_layernorm.weight"))
-        h, residual = _norm(g, x, residual, ln1, spec.rms_norm_eps, "input_layernorm", offsets)
-        if kind == "conv":
-            x, offsets = cpu._conv_layer(g, spec, i, h, fixed, weights, capture=capture), None
-        elif kind == "recurrent":
-            x, offsets = cpu._recurrent_layer(g, spec, i, h, fixed, weights, capture=capture), None
+        if kind == "attention":
+            x, offsets, residual = _attention(g, spec, i, (x, offsets, residual), ln1, w, accuracy_level, cos, sin,
+                                              ring=i in ring)
         else:
-            x, offsets = _attention(g, spec, i, h, w, accuracy_level, cos, sin, ring=i in ring)
+            h, residual = _norm(g, x, residual, ln1, spec.rms_norm_eps, "input_layernorm", offsets)
+            if kind == "conv":
+                x = cpu._conv_layer(g, spec, i, h, fixed, weights, capture=capture)
+            else:
+                x = cpu._recurrent_layer(g, spec, i, h, fixed, weights, capture=capture)
+            offsets = None
         g.scope = f"layers.{i}/mlp"
         ln2 = g.initializer(p + "post_attention_layernorm.weight", _w(weights, p + "post_attention_layernorm.weight"))
-        h, residual = _norm(g, x, residual, ln2, spec.rms_norm_eps, "post_attention_layernorm", offsets)
-        x, offsets = _mlp(g, spec, i, h, w, accuracy_level)
+        x, offsets, residual = _mlp(g, spec, i, (x, offsets, residual), ln2, w, accuracy_level)
     _lm_head(g, spec, x, offsets, residual, w, accuracy_level, per_token_logits, logits_indices)
     doc = (f"oga.models fused CPU paged decoder ({spec.architecture}, block_size {block_size}, "
            f"linear weights {'/'.join(sorted(w.kinds))}, accuracy_level {accuracy_level}, {kv_cache} KV cache")
