@@ -66,8 +66,8 @@ def math_kind() -> str:
 
 
 def quantized_linear_math() -> str:
-    """The loops oga.QuantizedLinear uses now: "avx-vnni", "avx2" or "portable" (the results are the
-    same bits on each)."""
+    """The loops oga.QuantizedLinear uses now: "avx512-vnni", "avx-vnni", "avx2" or "portable" (the
+    results are the same bits on each)."""
     return library().OgaOrtOpsQuantizedLinearMath().decode()
 
 

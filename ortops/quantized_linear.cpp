@@ -200,8 +200,20 @@ bool CpuHasAvxVnni() {
 #endif
 }
 
+bool CpuHasAvx512Vnni() {
+#if defined(__x86_64__) || defined(_M_X64)
+  __builtin_cpu_init();
+  return CpuHasAvx2FmaF16c() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
 const QuantizedLinearMath* BestMath() {
   static const QuantizedLinearMath* best = [] {
+    if (CpuHasAvx512Vnni() && Avx512QuantizedLinearMath() != nullptr) return Avx512QuantizedLinearMath();
     if (CpuHasAvxVnni() && VnniQuantizedLinearMath() != nullptr) return VnniQuantizedLinearMath();
     if (CpuHasAvx2FmaF16c() && Avx2QuantizedLinearMath() != nullptr) return Avx2QuantizedLinearMath();
     return &kPortableQuantizedLinearMath;
@@ -229,6 +241,7 @@ bool SetQuantizedLinearMath(const char* name) {
   if (std::strcmp(name, "portable") == 0) chosen = &kPortableQuantizedLinearMath;
   if (std::strcmp(name, "avx2") == 0 && CpuHasAvx2FmaF16c()) chosen = Avx2QuantizedLinearMath();
   if (std::strcmp(name, "avx-vnni") == 0 && CpuHasAvxVnni()) chosen = VnniQuantizedLinearMath();
+  if (std::strcmp(name, "avx512-vnni") == 0 && CpuHasAvx512Vnni()) chosen = Avx512QuantizedLinearMath();
   if (chosen == nullptr) return false;
   forced_math.store(chosen, std::memory_order_relaxed);
   return true;

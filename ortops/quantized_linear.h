@@ -34,7 +34,7 @@
  *
  * with D_b = sum q * qx over the block (an exact integer), S_b = sum qx, s_b the scale and
  * c'_b = c_b - s_b * z_b (the zero point folded into the offset once, at packing). Every path (the
- * portable loops, AVX2, AVX-VNNI; one row or a tile of rows; any thread split) computes exactly these
+ * portable loops, AVX2, AVX-VNNI, AVX512-VNNI; one row or a tile of rows; any thread split) computes exactly these
  * operations in this order, so a row's outputs are the same bits alone, in any batch and on any of
  * these CPUs' code paths. (With gamma or swiglu, the row loops before the quantization are
  * row_math.h's: batch-invariant too, but its portable and AVX2 versions agree only to float32
@@ -116,10 +116,11 @@ struct QuantizedLinearMath {
 extern const QuantizedLinearMath kPortableQuantizedLinearMath;
 const QuantizedLinearMath* Avx2QuantizedLinearMath();  // NULL when this build has none
 const QuantizedLinearMath* VnniQuantizedLinearMath();  // AVX-VNNI; NULL when this build has none
+const QuantizedLinearMath* Avx512QuantizedLinearMath();  // AVX512-VNNI; NULL when this build has none
 // The loops in use: the forced ones (SetQuantizedLinearMath), the portable ones when
 // PortableForced(), else the best this CPU runs.
 const QuantizedLinearMath& SelectQuantizedLinearMath();
-// Forces loops by name ("portable", "avx2", "avx-vnni"); NULL or "" lets the CPU decide. False (and
+// Forces loops by name ("portable", "avx2", "avx-vnni", "avx512-vnni"); NULL or "" lets the CPU decide. False (and
 // nothing changes) for a name this build or CPU cannot run.
 bool SetQuantizedLinearMath(const char* name);
 

@@ -7,7 +7,6 @@
 #include <immintrin.h>
 
 #define OGA_QL_TARGET __attribute__((target("avx2,fma,f16c")))
-#define OGA_QL_NAME "avx2"
 
 namespace ortops {
 namespace {
@@ -42,7 +41,10 @@ OGA_QL_TARGET inline __m256i Dot8Finish(__m256i acc, int) { return acc; }
 #include "quantized_linear_simd.h"
 
 namespace ortops {
-const QuantizedLinearMath* Avx2QuantizedLinearMath() { return &kVectorQuantizedLinearMath; }
+namespace {
+const QuantizedLinearMath kMath = {QuantizeRow, Panels, "avx2"};
+}  // namespace
+const QuantizedLinearMath* Avx2QuantizedLinearMath() { return &kMath; }
 }  // namespace ortops
 
 #else

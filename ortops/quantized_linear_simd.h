@@ -4,14 +4,14 @@
  * defines, before including this:
  *
  *   OGA_QL_TARGET    the target attribute of every function here
- *   OGA_QL_NAME      the loops' name ("avx2", ...)
  *   the exact integer dot products of 4 unsigned codes and 4 activation codes per 32-bit lane:
  *     __m256i Dot4Start(); Dot4Add(acc, u, s); Dot4Finish(acc)        4-bit codes 0..15 in u
  *     Codes8 Dot8Prepare(w); Dot8Add(acc, Codes8, s); Dot8Finish(acc, S)
  *                      8-bit: w the unsigned codes, the result that of the signed codes w - 128
  *                      (S: the block's sum of activation codes)
  *
- * and gets `const QuantizedLinearMath kVectorQuantizedLinearMath`. Every lane's dot product is an
+ * and gets QuantizeRow and Panels (QuantizedLinearMath's two loops) and the 8-column PanelsOf it
+ * builds on. Every lane's dot product is an
  * exact integer whichever instructions make it, so the feature levels give the same bits.
  */
 #ifndef OGA_ORTOPS_QUANTIZED_LINEAR_SIMD_H_
@@ -196,8 +196,6 @@ OGA_QL_TARGET void Panels(const PackedQuantizedWeight& w, const QuantizedRows& x
   else
     w.half_scales ? PanelsOf<8, Half>(w, x, r0, r1, p0, p1, y, ldy) : PanelsOf<8, float>(w, x, r0, r1, p0, p1, y, ldy);
 }
-
-const QuantizedLinearMath kVectorQuantizedLinearMath = {QuantizeRow, Panels, OGA_QL_NAME};
 
 }  // namespace
 }  // namespace ortops

@@ -7,7 +7,6 @@
 #include <immintrin.h>
 
 #define OGA_QL_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
-#define OGA_QL_NAME "avx-vnni"
 
 namespace ortops {
 namespace {
@@ -33,7 +32,10 @@ OGA_QL_TARGET inline __m256i Dot8Finish(__m256i acc, int sum) { return _mm256_su
 #include "quantized_linear_simd.h"
 
 namespace ortops {
-const QuantizedLinearMath* VnniQuantizedLinearMath() { return &kVectorQuantizedLinearMath; }
+namespace {
+const QuantizedLinearMath kMath = {QuantizeRow, Panels, "avx-vnni"};
+}  // namespace
+const QuantizedLinearMath* VnniQuantizedLinearMath() { return &kMath; }
 }  // namespace ortops
 
 #else

@@ -73,9 +73,9 @@ OGA_ORTOPS_EXPORT void OgaOrtOpsSetPortable(int forced) { ortops::SetPortableFor
 OGA_ORTOPS_EXPORT uint64_t OgaOrtOpsCacheCopies() { return ortops::CacheCopies(); }
 // The LM head's loops in use now: "avx2" or "portable".
 OGA_ORTOPS_EXPORT const char* OgaOrtOpsLogitsHeadMath() { return ortops::SelectLogitsHeadMath().name; }
-// The quantized linear's loops in use now: "avx-vnni", "avx2" or "portable".
+// The quantized linear's loops in use now: "avx512-vnni", "avx-vnni", "avx2" or "portable".
 OGA_ORTOPS_EXPORT const char* OgaOrtOpsQuantizedLinearMath() { return ortops::SelectQuantizedLinearMath().name; }
-// Forces the quantized linear's loops by name ("portable", "avx2", "avx-vnni"; NULL or "": the CPU
+// Forces the quantized linear's loops by name ("portable", "avx2", "avx-vnni", "avx512-vnni"; NULL or "": the CPU
 // decides); returns 0 (and changes nothing) for loops this build or CPU cannot run. For comparing them.
 OGA_ORTOPS_EXPORT int OgaOrtOpsSetQuantizedLinearMath(const char* name) {
   return ortops::SetQuantizedLinearMath(name) ? 1 : 0;

@@ -2,7 +2,7 @@
 (GGUF Q4_0 / Q4_1 / Q8_0 blocks as quantize.from_gguf repacks them, round-to-nearest 4 and 8 bits,
 block sizes above 32) in a one-node ONNX Runtime session, against numpy computing with the same
 dequantized weight and the same int8 activations; each row the same bits alone and in any batch, and
-the same on every code path (portable, AVX2, AVX-VNNI); the errors it reports."""
+the same on every code path (portable, AVX2, AVX-VNNI, AVX512-VNNI); the errors it reports."""
 import zlib
 
 import numpy as np
@@ -34,6 +34,8 @@ def _available_maths():
         maths.append("avx2")
         if "avx_vnni" in flags:
             maths.append("avx-vnni")
+        if {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni"} <= flags:
+            maths.append("avx512-vnni")
     return maths
 
 
