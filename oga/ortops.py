@@ -2,7 +2,8 @@
 
 The library (built from ortops/ as oga/_ortops*.so) adds the operator domain "oga" to a session:
 `oga.PagedGroupQueryAttention` (RoPE, paged KV cache write and attention over the block table in
-one CPU kernel; see ortops/paged_attention.h). oga's executor registers it on every session it
+one CPU kernel; see ortops/paged_attention.h), `oga.QuantizedLinear` (a block-quantized linear over
+MatMulNBits' inputs; ortops/quantized_linear.h) and the fused graph's norm, activation and LM head. oga's executor registers it on every session it
 opens; other ONNX Runtime code can do the same:
 
     options = onnxruntime.SessionOptions()
@@ -49,6 +50,9 @@ def library():
         lib.OgaOrtOpsSetPortable.argtypes = [ctypes.c_int]
         lib.OgaOrtOpsSetPortable.restype = None
         lib.OgaOrtOpsCacheCopies.restype = ctypes.c_uint64
+        lib.OgaOrtOpsQuantizedLinearMath.restype = ctypes.c_char_p
+        lib.OgaOrtOpsSetQuantizedLinearMath.argtypes = [ctypes.c_char_p]
+        lib.OgaOrtOpsSetQuantizedLinearMath.restype = ctypes.c_int
         _library = lib
     return _library
 
@@ -59,6 +63,12 @@ _library = None
 def math_kind() -> str:
     """The inner loops the operators use now: "avx2" (AVX2/FMA/F16C) or "portable"."""
     return library().OgaOrtOpsMath().decode()
+
+
+def quantized_linear_math() -> str:
+    """The loops oga.QuantizedLinear uses now: "avx512-vnni", "avx-vnni", "avx2" or "portable" (the
+    results are the same bits on each)."""
+    return library().OgaOrtOpsQuantizedLinearMath().decode()
 
 
 def cache_copies() -> int:

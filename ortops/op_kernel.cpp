@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "thread_pool.h"
+
 namespace ortops {
 
 using namespace ortapi;
@@ -179,6 +181,10 @@ void KernelCall::RunParallel(size_t count, void (*body)(void*, size_t), void* st
   if (count == 0) return;
   if (count == 1) {
     body(state, 0);
+    return;
+  }
+  if (ThreadPool* pool = SharedThreadPool()) {
+    RunOnPool(pool, count, body, state);
     return;
   }
   CheckStatus(api_, Entry<OrtStatus* (*)(const OrtKernelContext*, void (*)(void*, size_t), size_t, size_t, void*)>(

@@ -134,8 +134,9 @@ class KernelCall {
   Tensor Output(size_t index, const Shape& shape);
   // The same for an optional output: !present() when the node leaves it out.
   Tensor OptionalOutput(size_t index, const Shape& shape);
-  // fn(i) for every i in [0, count), on ONNX Runtime's intra-op threads (the caller's thread takes
-  // part); returns when all are done. The first exception any of them throws is rethrown here.
+  // fn(i) for every i in [0, count), on ONNX Runtime's intra-op threads, or oga's own when enabled
+  // (thread_pool.h), the caller's thread taking part; returns when all are done. The first exception
+  // any of them throws is rethrown here.
   template <typename Fn>
   void ParallelFor(size_t count, Fn&& fn);
 

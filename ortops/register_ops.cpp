@@ -10,8 +10,10 @@
 #include "logits_head.h"
 #include "packed_causal_conv.h"
 #include "paged_attention.h"
+#include "quantized_linear.h"
 #include "skip_rms_norm.h"
 #include "swiglu.h"
+#include "thread_pool.h"
 
 using namespace ortapi;
 
@@ -29,7 +31,8 @@ OrtStatus* Register(const OrtApi* api, OrtSessionOptions* options) {
                              ortops::OpDescriptor<ortops::SkipRMSNorm>::Get(),
                              ortops::OpDescriptor<ortops::SwiGlu>::Get(),
                              ortops::OpDescriptor<ortops::LogitsHead>::Get(),
-                             ortops::OpDescriptor<ortops::PackedCausalConv>::Get()};
+                             ortops::OpDescriptor<ortops::PackedCausalConv>::Get(),
+                             ortops::OpDescriptor<ortops::QuantizedLinear>::Get()};
   for (const OrtCustomOp* op : ops) {
     if (OrtStatus* status =
             Entry<OrtStatus* (*)(OrtCustomOpDomain*, const OrtCustomOp*)>(api, kCustomOpDomainAdd)(domain, op)) {
@@ -72,3 +75,16 @@ OGA_ORTOPS_EXPORT void OgaOrtOpsSetPortable(int forced) { ortops::SetPortableFor
 OGA_ORTOPS_EXPORT uint64_t OgaOrtOpsCacheCopies() { return ortops::CacheCopies(); }
 // The LM head's loops in use now: "avx2" or "portable".
 OGA_ORTOPS_EXPORT const char* OgaOrtOpsLogitsHeadMath() { return ortops::SelectLogitsHeadMath().name; }
+// The quantized linear's loops in use now: "avx512-vnni", "avx-vnni", "avx2" or "portable".
+OGA_ORTOPS_EXPORT const char* OgaOrtOpsQuantizedLinearMath() { return ortops::SelectQuantizedLinearMath().name; }
+// Forces the quantized linear's loops by name ("portable", "avx2", "avx-vnni", "avx512-vnni"; NULL or "": the CPU
+// decides); returns 0 (and changes nothing) for loops this build or CPU cannot run. For comparing them.
+OGA_ORTOPS_EXPORT int OgaOrtOpsSetQuantizedLinearMath(const char* name) {
+  return ortops::SetQuantizedLinearMath(name) ? 1 : 0;
+}
+// The threads of oga's own pool for the operators' parallel loops, the caller included; 0 when they
+// run on ONNX Runtime's intra-op pool (the default unless OGA_ORTOPS_THREADS is set).
+OGA_ORTOPS_EXPORT int OgaOrtOpsThreads() { return ortops::ThreadPoolThreads(); }
+// Sets that count (0: ONNX Runtime's pool again); only while no session runs an operator. Returns
+// the count now in use.
+OGA_ORTOPS_EXPORT int OgaOrtOpsSetThreads(int threads) { return ortops::SetThreadPoolThreads(threads); }

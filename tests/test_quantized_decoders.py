@@ -98,6 +98,15 @@ def _run(loaded, precision, accuracy_level, kv_cache="float32"):
     return worst, scale, flips_allowed, model
 
 
+def _quantized_op(accuracy_level):
+    """The node of a quantized linear: oga's own at int8 activations, MatMulNBits at float ones."""
+    return "QuantizedLinear" if accuracy_level == 4 else "MatMulNBits"
+
+
+def _other_quantized_op(accuracy_level):
+    return "MatMulNBits" if accuracy_level == 4 else "QuantizedLinear"
+
+
 @pytest.mark.parametrize("accuracy_level", [0, 4])
 @pytest.mark.parametrize("spec_name", list(SPECS))
 @pytest.mark.parametrize("types", [{"default": "Q4_1", "embedding": "Q8_0"},
@@ -110,7 +119,8 @@ def test_gguf_blocks_as_they_are_match_the_reference(spec_name, types, accuracy_
     assert worst < (QUANT_TOL if accuracy_level == 0 else INT8_ACTIVATION_TOL * scale)
     assert all(argmax_equal) and argmax_equal
     kinds = {n.op_type for n in model.graph.node}
-    assert "MatMulNBits" in kinds and "Gemm" not in kinds          # every linear stays quantized
+    assert _quantized_op(accuracy_level) in kinds and "Gemm" not in kinds   # every linear stays quantized
+    assert _other_quantized_op(accuracy_level) not in kinds
     assert "GatherBlockQuantized" in kinds                          # the Q8_0 embedding as is
 
 
@@ -122,8 +132,9 @@ def test_round_to_nearest_builds_match_the_reference(precision, accuracy_level):
     print(f"{precision} accuracy_level {accuracy_level}: max abs diff {worst:.2e} (logits up to {scale:.2f})")
     assert worst < (QUANT_TOL if accuracy_level == 0 else INT8_ACTIVATION_TOL * scale)
     assert all(argmax_equal) and argmax_equal
+    assert _other_quantized_op(accuracy_level) not in {n.op_type for n in model.graph.node}
     bits = {int(next(a.i for a in n.attribute if a.name == "bits")) for n in model.graph.node
-            if n.op_type == "MatMulNBits"}
+            if n.op_type == _quantized_op(accuracy_level)}
     assert bits == ({4, 8} if precision == "int4" else {8})        # the LM head is 8-bit either way
 
 

@@ -5,7 +5,7 @@ import pytest
 from tokenizers import Tokenizer
 
 import oga as og
-from greedy_runs import INT8_ACTIVATION_NOISE, equal_up_to_a_near_tie, greedy
+from greedy_runs import greedy
 from oga import testing
 from static_models import smollm2_static_dir  # noqa: F401  (fixture)
 
@@ -72,28 +72,12 @@ def test_sixteen_prompts_in_flight_equal_each_alone(request, build, tokenizer):
         testing.check_invariants(engine)
     together = [together.get(r, []) for r in requests]
     assert all(len(tokens) > 0 for tokens in alone)
-    if build == "fp32-standard":
-        assert together == alone
-    else:
-        # MatMulNBits with int8 activations is not batch-invariant on every CPU (ONNX Runtime 1.32 on an
-        # AVX2-only AMD EPYC: one row alone vs in 16 differs by ~1e-6 after one layer), and 30 layers
-        # turn that into logit moves of up to ~1. A stream may differ from its solo run only where the
-        # solo run's choice was within that noise of the batched one's.
-        for tokens, solo, batched in zip(token_lists, alone, together):
-            equal_up_to_a_near_tie(solo, batched, lambda done: _generator_logits(model, tokens + done),
-                                   INT8_ACTIVATION_NOISE)
-        assert sum(solo == batched for solo, batched in zip(alone, together)) >= len(alone) // 2
+    # Every operator of both graphs computes a row the same way whatever rows run beside it (the fused
+    # graph's quantized linears are oga.QuantizedLinear: one fixed-order sum per output), so each
+    # stream is exactly its solo run.
+    assert together == alone
     # All 16 were resident together: the batch really was continuous, not sequential.
     assert testing.engine_counters(engine)["committed_steps"] < sum(len(t) for t in alone)
-
-
-def _generator_logits(model, history):
-    """The model's last logits after prefilling `history` (og.Generator)."""
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=len(history) + 1)
-    generator = og.Generator(model, params)
-    generator.append_tokens(np.asarray([history], dtype=np.int32))
-    return np.asarray(generator.get_logits()).reshape(-1)
 
 
 def test_engine_token_table_reproduces_the_tokenizers_decode(smollm2_int4_dir, tokenizer):

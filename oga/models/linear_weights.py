@@ -20,6 +20,9 @@ Forms and their nodes:
   graph hands (x, C^T) to the oga operator that consumes y (SkipRMSNorm, SwiGlu,
   PagedGroupQueryAttention), which adds them on the fly; elsewhere they are standard nodes
   (Reshape, ReduceSum, MatMul, Add).
+- oga.QuantizedLinear (the fused graph at accuracy_level 4, emit_oga_linear): MatMulNBits' inputs and
+  the block offsets in one oga operator (ortops/quantized_linear.h), which quantizes activations to
+  int8 per block of 32 as accuracy_level 4 does, and gives each row the same bits in any batch.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ CHOSEN_PRECISIONS = ("int4", "int8", "fp32")    # what --precision names (None: 
 PRECISIONS = (None,) + CHOSEN_PRECISIONS
 DEFAULT_ACCURACY_LEVEL = 4      # MatMulNBits on CPU: int8 activations (ONNX Runtime's fastest kernels)
 MS_DOMAIN = "com.microsoft"
+OGA_DOMAIN = "oga"
+# The accuracy level oga.QuantizedLinear computes at (int8 activations per block of 32); the fused
+# graph keeps MatMulNBits for the others.
+OGA_LINEAR_ACCURACY_LEVEL = 4
 
 
 def check_precision(precision):
@@ -116,6 +123,35 @@ def emit_matmul(g, x: str, linear: Linear, accuracy_level: int, hint: str, outpu
     if not np.array_equal(half.astype(np.float32), offsets):
         raise ValueError(f"{linear.name}: block offsets not exact in float16")     # GGUF offsets are fp16
     return y, [x, g.initializer(linear.name + ".block_offsets", half)]
+
+
+def emit_oga_linear(g, x: str, linear: Linear, hint: str, output: str | None = None, *, skip: str | None = None,
+                    gamma: str | None = None, epsilon: float = 1e-5, want_sum: bool = False, swiglu: bool = False):
+    """x @ W^T of a quantized `linear` as one oga.QuantizedLinear (offsets included); returns y. With
+    `gamma` the node first takes RMSNorm(x (+ skip)) * gamma (and with `want_sum` returns (y, x + skip)
+    too); with `swiglu` x is gate|up and the node first takes SiLU(gate) * up."""
+    q = linear.quantized
+    inputs = [x, g.initializer(linear.name + ".codes", q.packed_codes()),
+              g.initializer(linear.name + ".scales", q.flat_scales()), "", "", skip or "", gamma or ""]
+    zero_points = q.packed_zero_points()
+    if zero_points is not None:
+        inputs[3] = g.initializer(linear.name + ".zero_points", zero_points)
+    if q.offsets is not None:
+        offsets = np.ascontiguousarray(q.offsets.T)                               # [blocks, n]
+        half = offsets.astype(np.float16)
+        if not np.array_equal(half.astype(np.float32), offsets):
+            raise ValueError(f"{linear.name}: block offsets not exact in float16")  # GGUF offsets are fp16
+        inputs[4] = g.initializer(linear.name + ".block_offsets", half)
+    while inputs[-1] == "":
+        inputs.pop()
+    attributes = dict(K=q.k, N=q.n, bits=q.bits, block_size=q.block_size)
+    if gamma is not None:
+        attributes["epsilon"] = float(epsilon)
+    if swiglu:
+        attributes["activation"] = 1
+    base = g._unique(hint)
+    outputs = [output or f"{base}/output"] + ([f"{base}/sum"] if want_sum else [])
+    return g.op("QuantizedLinear", inputs, hint, outputs=outputs, domain=OGA_DOMAIN, **attributes)
 
 
 def emit(g, x: str, linear: Linear, accuracy_level: int, hint: str, bias: str | None = None,

@@ -9,14 +9,16 @@ the past_* inputs. What differs is inside:
     embeddings   Gather (fp32) or com.microsoft.GatherBlockQuantized (8-bit: a GGUF Q8_0 table as is)
     per layer    oga.SkipRMSNorm (residual add + RMSNorm in one kernel, the sum passed on as the
                  next residual; it also adds the block offsets of the linear before it)
-                 q|k|v projection: one linear (see linear_weights.py: fp32 Gemm or MatMulNBits)
+                 q|k|v projection: one linear (see linear_weights.py: fp32 Gemm; a quantized weight
+                 oga.QuantizedLinear at accuracy_level 4, the default, else MatMulNBits)
                  oga.PagedGroupQueryAttention: RoPE, the cache write and attention over the block
                  table in one kernel that reads the cache blocks in place (ortops/)
                  o_proj, oga.SkipRMSNorm, gate|up projection, oga.SwiGlu (SiLU(gate) * up),
                  down_proj
     head         the rows that need logits, oga.SkipRMSNorm, LM head: oga.LogitsHead for a float
                  weight (the logits and each row's maximum per block of 1024 logits, a second
-                 output, logits_block_maxima, that greedy selection reads), else MatMulNBits
+                 output, logits_block_maxima, that greedy selection reads), else the quantized
+                 linear
 
 Architecture features (DecoderSpec, oga.models.architectures) fold into this shape: a norm offset
 into the norms' weights, multipliers into Mul nodes on the embeddings, the residual branches and the
@@ -96,10 +98,48 @@ class _Weights:
         return lw.fuse(name, [self.linear(p) for p in parts])
 
 
-def _attention(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, w: _Weights, accuracy: int,
+def _oga_linear(linear: lw.Linear, accuracy: int) -> bool:
+    """Whether `linear` is computed by oga.QuantizedLinear (a quantized weight at its accuracy level)."""
+    return linear.quantized is not None and accuracy == lw.OGA_LINEAR_ACCURACY_LEVEL
+
+
+def _matmul(g: GraphBuilder, x: str, linear: lw.Linear, accuracy: int, hint: str, output: str | None = None):
+    """(y, pending block offsets or None) of x @ W^T: oga.QuantizedLinear for a quantized weight at its
+    accuracy level (offsets included, none pending), else linear_weights.emit_matmul."""
+    if _oga_linear(linear, accuracy):
+        return lw.emit_oga_linear(g, x, linear, hint, output=output), None
+    return lw.emit_matmul(g, x, linear, accuracy, hint, output=output)
+
+
+def _linear(g: GraphBuilder, x: str, linear: lw.Linear, accuracy: int, hint: str, bias: str | None = None,
+            output: str | None = None) -> str:
+    """x @ W^T (+ bias) complete (no pending offsets), as _matmul chooses, else linear_weights.emit."""
+    if _oga_linear(linear, accuracy):
+        y = lw.emit_oga_linear(g, x, linear, hint, output=output if bias is None else None)
+        return y if bias is None else g.op("Add", [y, bias], f"{hint}/bias", outputs=[output] if output else None)
+    return lw.emit(g, x, linear, accuracy, hint, bias=bias, output=output)
+
+
+def _normed_matmul(g: GraphBuilder, stream, norm_weight: str, eps: float, norm_hint: str, linear: lw.Linear,
+                   accuracy: int, hint: str):
+    """linear(RMSNorm(x (+ offsets) (+ residual)) * norm_weight) for the residual stream (x, offsets,
+    residual): one oga.QuantizedLinear with the norm inside when the linear is oga's and x has no
+    pending offsets, else oga.SkipRMSNorm and _matmul. Returns (y, y's pending offsets, new residual)."""
+    x, offsets, residual = stream
+    if _oga_linear(linear, accuracy) and not offsets:
+        y, total = lw.emit_oga_linear(g, x, linear, hint, skip=residual, gamma=norm_weight, epsilon=eps,
+                                      want_sum=True)
+        return y, None, total
+    h, residual = _norm(g, x, residual, norm_weight, eps, norm_hint, offsets)
+    y, pending = _matmul(g, h, linear, accuracy, hint)
+    return y, pending, residual
+
+
+def _attention(g: GraphBuilder, spec: DecoderSpec, layer: int, stream, norm_weight: str, w: _Weights, accuracy: int,
                rope: list[str], ring: bool):
-    """The attention block; returns (o_proj output, its pending block offsets or None). `rope`: the
-    layer's cos, sin tables, and LongRoPE's long ones after them."""
+    """The input norm and the attention block over the residual stream (x, offsets, residual);
+    returns the stream after it: (o_proj output, its pending block offsets or None, residual). `rope`:
+    the layer's cos, sin tables, and LongRoPE's long ones after them."""
     p = f"model.layers.{layer}.self_attn."
     projections = w.fused(p + "qkv_proj.weight", [p + "q_proj.weight", p + "k_proj.weight", p + "v_proj.weight"])
     biases = [None] * len(projections)
@@ -110,17 +150,20 @@ def _attention(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, w: _Weigh
         biases = [g.initializer(f"{proj.name}.bias", b) for proj, b in zip(projections, parts)]
     offsets = []
     if len(projections) == 1 and not spec.qk_norm:
-        qkv, offsets = lw.emit_matmul(g, h, projections[0], accuracy, "qkv_proj")
+        qkv, offsets, residual = _normed_matmul(g, stream, norm_weight, spec.rms_norm_eps, "input_layernorm",
+                                                projections[0], accuracy, "qkv_proj")
         if biases[0] is not None:
             qkv = g.op("Add", [qkv, biases[0]], "qkv_proj/bias")
         qkv = [qkv, "", ""]
-    elif len(projections) == 1:   # q / k norms: q, k and v apart
-        qkv = lw.emit(g, h, projections[0], accuracy, "qkv_proj", bias=biases[0])
-        q_width, kv_width = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
-        qkv = g.op("Split", [qkv, g.const([q_width, kv_width, kv_width])], "qkv_proj/split", n_out=3, axis=-1)
-    else:   # q, k, v in different forms (e.g. a GGUF mixing Q4_1 and Q8_0): three linears
-        qkv = [lw.emit(g, h, proj, accuracy, proj.name.rsplit(".", 2)[-2], bias=b)
-               for proj, b in zip(projections, biases)]
+    else:
+        h, residual = _norm(g, stream[0], stream[2], norm_weight, spec.rms_norm_eps, "input_layernorm", stream[1])
+        if len(projections) == 1:   # q / k norms: q, k and v apart
+            qkv = _linear(g, h, projections[0], accuracy, "qkv_proj", bias=biases[0])
+            q_width, kv_width = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+            qkv = g.op("Split", [qkv, g.const([q_width, kv_width, kv_width])], "qkv_proj/split", n_out=3, axis=-1)
+        else:   # q, k, v in different forms (e.g. a GGUF mixing Q4_1 and Q8_0): three linears
+            qkv = [_linear(g, h, proj, accuracy, proj.name.rsplit(".", 2)[-2], bias=b)
+                   for proj, b in zip(projections, biases)]
     if spec.qk_norm:
         qkv = [_head_norm(g, spec, w.weights, qkv[0], spec.num_heads, p + "q_norm.weight", "q_norm"),
                _head_norm(g, spec, w.weights, qkv[1], spec.num_kv_heads, p + "k_norm.weight", "k_norm"), qkv[2]]
@@ -140,45 +183,62 @@ def _attention(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, w: _Weigh
                 domain=OGA_DOMAIN, num_heads=spec.num_heads, kv_num_heads=spec.num_kv_heads,
                 scale=spec.scale(), do_rotary=1, rotary_interleaved=0, local_window_size=window,
                 softcap=float(spec.attention_softcap), **long_rope)[0]
-    return _sublayer_output(g, spec, w, layer, attn, w.linear(p + "o_proj.weight"), accuracy, "o_proj", "attention")
+    y, pending = _sublayer_output(g, spec, w, layer, attn, w.linear(p + "o_proj.weight"), accuracy, "o_proj",
+                                  "attention")
+    return y, pending, residual
 
 
 def _sublayer_output(g: GraphBuilder, spec: DecoderSpec, w: _Weights, layer: int, x: str, linear: lw.Linear,
-                     accuracy: int, hint: str, which: str):
+                     accuracy: int, hint: str, which: str, swiglu: bool = False):
     """A sub-layer's output projection as the next norm takes it: (y, its pending block offsets or
-    None), with the output norm (Gemma2/3) and the residual multiplier (Granite) applied."""
-    if not spec.output_norms and spec.residual_multiplier == 1.0:
-        return lw.emit_matmul(g, x, linear, accuracy, hint)
-    if spec.output_norms:   # the norm adds the projection's block offsets
-        y, offsets = lw.emit_matmul(g, x, linear, accuracy, hint)
+    None), with the output norm (Gemma2/3) and the residual multiplier (Granite) applied. `swiglu`:
+    x is gate|up and oga.QuantizedLinear applies the SwiGLU inside."""
+    if swiglu:
+        y, offsets = lw.emit_oga_linear(g, x, linear, hint, swiglu=True), None
+    elif spec.output_norms:                   # the norm adds the projection's block offsets
+        y, offsets = _matmul(g, x, linear, accuracy, hint)
+    elif spec.residual_multiplier != 1.0:     # complete, before the multiplier
+        y, offsets = _linear(g, x, linear, accuracy, hint), None
+    else:
+        return _matmul(g, x, linear, accuracy, hint)
+    if spec.output_norms:
         name = f"model.layers.{layer}.{which}_output_norm.weight"
         y, _ = _norm(g, y, None, _norm_weight(g, spec, w.weights, name), spec.rms_norm_eps, f"{which}_output_norm",
                      offsets)
-    else:                   # the offsets added in standard ops before the multiplier
-        y = lw.emit(g, x, linear, accuracy, hint)
     return _scaled(g, y, spec.residual_multiplier, f"{which}/residual_multiplier"), None
 
 
-def _mlp(g: GraphBuilder, spec: DecoderSpec, layer: int, h: str, w: _Weights, accuracy: int):
-    """The MLP; returns (down_proj output, its pending block offsets or None)."""
+def _mlp(g: GraphBuilder, spec: DecoderSpec, layer: int, stream, norm_weight: str, w: _Weights, accuracy: int):
+    """The post-attention norm and the MLP over the residual stream; returns the stream after it
+    (down_proj output, its pending block offsets or None, residual). With oga's linears and a SiLU
+    gate that is two nodes: norm + gate|up, then SwiGLU + down."""
     p = f"model.layers.{layer}.mlp."
     projections = w.fused(p + "gate_up_proj.weight", [p + "gate_proj.weight", p + "up_proj.weight"])
+    down = w.linear(p + "down_proj.weight")
     if len(projections) == 1 and spec.activation == "silu":
-        gate_up, offsets = lw.emit_matmul(g, h, projections[0], accuracy, "gate_up_proj")
+        gate_up, offsets, residual = _normed_matmul(g, stream, norm_weight, spec.rms_norm_eps,
+                                                    "post_attention_layernorm", projections[0], accuracy,
+                                                    "gate_up_proj")
+        if not offsets and _oga_linear(down, accuracy):
+            y, pending = _sublayer_output(g, spec, w, layer, gate_up, down, accuracy, "down_proj", "mlp", swiglu=True)
+            return y, pending, residual
         act = g.op("SwiGlu", [gate_up] + (offsets or []), "SwiGlu", domain=OGA_DOMAIN)
     else:
+        h, residual = _norm(g, stream[0], stream[2], norm_weight, spec.rms_norm_eps, "post_attention_layernorm",
+                            stream[1])
         if len(projections) == 1:
-            gate_up = lw.emit(g, h, projections[0], accuracy, "gate_up_proj")
+            gate_up = _linear(g, h, projections[0], accuracy, "gate_up_proj")
             gate, up = g.op("Split", [gate_up, g.const([spec.intermediate_size] * 2)], "gate_up_proj/split",
                             n_out=2, axis=-1)
         else:
-            gate, up = (lw.emit(g, h, proj, accuracy, hint) for proj, hint in zip(projections, ("gate_proj", "up_proj")))
+            gate, up = (_linear(g, h, proj, accuracy, hint) for proj, hint in zip(projections, ("gate_proj", "up_proj")))
         if spec.activation == "gelu_tanh":
             activated = g.op("FastGelu", [gate], "gelu_tanh", domain=MS_DOMAIN)
         else:
             activated = g.op("Mul", [gate, g.op("Sigmoid", [gate], "silu/Sigmoid")], "silu/Mul")
         act = g.op("Mul", [activated, up], "gated")
-    return _sublayer_output(g, spec, w, layer, act, w.linear(p + "down_proj.weight"), accuracy, "down_proj", "mlp")
+    y, pending = _sublayer_output(g, spec, w, layer, act, down, accuracy, "down_proj", "mlp")
+    return y, pending, residual
 
 
 def _embeddings(g: GraphBuilder, spec: DecoderSpec, w: _Weights) -> str:
@@ -226,10 +286,17 @@ def _lm_head(g: GraphBuilder, spec: DecoderSpec, x: str, offsets, residual: str,
         if offsets:
             offsets = [g.op("Gather", [offsets[0], rows], "select_rows/offset_input", axis=0), offsets[1]]
     norm = _norm_weight(g, spec, w.weights, "model.norm.weight")
-    normed, _ = _norm(g, x, residual, norm, spec.rms_norm_eps, "norm", offsets)
     post = spec.logits_multiplier != 1.0 or bool(spec.final_softcap)
     head_name = "model.embed_tokens.weight" if spec.tie_word_embeddings else "lm_head.weight"
     head = w.linear(head_name, bits=None if w.precision is None else 8)
+    if _oga_linear(head, accuracy) and not offsets:
+        head.name = "lm_head.weight"     # the final norm inside the head's node
+        logits = lw.emit_oga_linear(g, x, head, "lm_head", output=None if post else cpu.LOGITS, skip=residual,
+                                    gamma=norm, epsilon=spec.rms_norm_eps)
+        if post:
+            _logits_postprocess(g, spec, logits, "logits", cpu.LOGITS)
+        return
+    normed, _ = _norm(g, x, residual, norm, spec.rms_norm_eps, "norm", offsets)
     if head.quantized is None:
         # A float head: oga.LogitsHead, which also writes each row's block maxima while the logits are
         # in cache (the engine's greedy selection reads those instead of the whole row). A tied head
@@ -245,7 +312,7 @@ def _lm_head(g: GraphBuilder, spec: DecoderSpec, x: str, offsets, residual: str,
             _logits_postprocess(g, spec, outputs[1], "maxima", LOGITS_BLOCK_MAXIMA)
         return
     head.name = "lm_head.weight"
-    logits = lw.emit(g, normed, head, accuracy, "lm_head", output=None if post else cpu.LOGITS)
+    logits = _linear(g, normed, head, accuracy, "lm_head", output=None if post else cpu.LOGITS)
     if post:
         _logits_postprocess(g, spec, logits, "logits", cpu.LOGITS)
 
@@ -306,18 +373,20 @@ def build_cpu_fused_graph(spec: DecoderSpec, weights, *, blocks=None, precision=
         kind = spec.layer_type(i)
         g.scope = f"layers.{i}/" + {"attention": "attn", "conv": "conv", "recurrent": "recurrent"}[kind]
         ln1 = _norm_weight(g, spec, weights, p + "input_layernorm.weight")
-        h, residual = _norm(g, x, residual, ln1, spec.rms_norm_eps, "input_layernorm", offsets)
-        if kind == "conv":
-            x, offsets = cpu._conv_layer(g, spec, i, h, fixed, weights, capture=capture), None
-        elif kind == "recurrent":
-            x, offsets = cpu._recurrent_layer(g, spec, i, h, fixed, weights, capture=capture), None
-        else:
+        if kind == "attention":
             layer_rope = local_rope if spec.windowed(i) else rope
-            x, offsets = _attention(g, spec, i, h, w, accuracy_level, layer_rope, ring=i in ring)
+            x, offsets, residual = _attention(g, spec, i, (x, offsets, residual), ln1, w, accuracy_level, layer_rope,
+                                              ring=i in ring)
+        else:
+            h, residual = _norm(g, x, residual, ln1, spec.rms_norm_eps, "input_layernorm", offsets)
+            if kind == "conv":
+                x = cpu._conv_layer(g, spec, i, h, fixed, weights, capture=capture)
+            else:
+                x = cpu._recurrent_layer(g, spec, i, h, fixed, weights, capture=capture)
+            offsets = None
         g.scope = f"layers.{i}/mlp"
         ln2 = _norm_weight(g, spec, weights, p + "post_attention_layernorm.weight")
-        h, residual = _norm(g, x, residual, ln2, spec.rms_norm_eps, "post_attention_layernorm", offsets)
-        x, offsets = _mlp(g, spec, i, h, w, accuracy_level)
+        x, offsets, residual = _mlp(g, spec, i, (x, offsets, residual), ln2, w, accuracy_level)
     _lm_head(g, spec, x, offsets, residual, w, accuracy_level, per_token_logits, logits_indices)
     doc = (f"oga.models fused CPU paged decoder ({spec.architecture}, block_size {block_size}, "
            f"linear weights {'/'.join(sorted(w.kinds))}, accuracy_level {accuracy_level}, {kv_cache} KV cache")
