@@ -259,3 +259,23 @@ def test_oga_build_writes_a_tokenizer_og_tokenizer_loads(tmp_path, files):
         assert "".join(stream.decode(int(i)) for i in ids) == tokenizer.decode(ids), text
     text = "caf\u00e9 \u65e5\u672c\u8a9e \U0001f680"
     assert tokenizer.decode(tokenizer.encode(text)) == text
+
+
+def test_onnxruntime_genai_0_18_on_the_same_directory(tmp_path, files):
+    """The README's deliberate difference: 0.18 adds no BOS on this tokenizer.json and leaves
+    "▁" + "12" apart where the vocabulary has "▁12"; oga gives llama.cpp's ids."""
+    import onnxruntime_genai as ref
+    from model_dirs import write_genai_config
+    from oga.models.tokenizer_export import special_tokens_map
+
+    _, _, ours, config = files("trained", "llama")
+    (tmp_path / "tokenizer.json").write_text(ours.to_str(), encoding="utf-8")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    (tmp_path / "special_tokens_map.json").write_text(json.dumps(special_tokens_map(config)),
+                                                      encoding="utf-8")
+    write_genai_config(tmp_path, ours.get_vocab_size())
+    theirs, oga_tokenizer = ref.Tokenizer(str(tmp_path)), og.Tokenizer(str(tmp_path))
+    text = "The capital of France is"
+    assert oga_tokenizer.encode(text).tolist() == [1] + theirs.encode(text).tolist()
+    assert ours.encode("12").tokens == ["<s>", "\u258112"]
+    assert [ours.id_to_token(i) for i in theirs.encode("12").tolist()] == ["\u2581", "12"]
