@@ -28,7 +28,8 @@ tokenizer.json reproduces llama.cpp's SPM tokenizer (`llm_tokenizer_spm` in llam
 - a character left over that is no token becomes its UTF-8 bytes' `<0xNN>` tokens (BPE
   `byte_fallback`), else the unknown token;
 - decoding maps "\u2581" back to spaces, byte tokens to their bytes, and drops the one leading space
-  the prefix added (the `Strip` decoder), as llama.cpp's detokenizer does for the first token;
+  the prefix added (the `Strip` decoder, as Hugging Face's Llama tokenizer does; llama.cpp's
+  detokenizer strips it from the first token unless that token is a BOS it skips);
 - BOS / EOS are added by a TemplateProcessing post-processor from `add_bos_token` /
   `add_eos_token` (llama.cpp's defaults for SPM: BOS yes, EOS no; ids 1, 2, unknown 0);
 - llama.cpp strips the whitespace after Phi-3's special tokens (it recognises the model by
@@ -168,10 +169,6 @@ def build_spm_tokenizer_json(tokens: list[str], scores: list[float] | None,
         rstrip = rstrip_special and tok not in ("<unk>", "<s>", "<|endoftext|>")
         added.append({"id": i, "content": tok, "single_word": False, "lstrip": False,
                       "rstrip": rstrip, "normalized": False, "special": kind != TOKEN_USER_DEFINED})
-    if rstrip_special and "</s>" in vocab and all(a["content"] != "</s>" for a in added):
-        added.append({"id": vocab["</s>"], "content": "</s>", "single_word": False, "lstrip": False,
-                      "rstrip": True, "normalized": False, "special": True})
-        added.sort(key=lambda a: a["id"])
 
     replace = {"type": "Replace", "pattern": {"String": " "}, "content": _SPACE}
     normalizer = ({"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": _SPACE}, replace]}
