@@ -155,8 +155,9 @@ def test_permutation_inverse():
     np.testing.assert_array_equal(p[16:18], w[[16, 24]])
 
 
-def _tiny_gguf(tmp_path, spec, weights, *, qtype=Q.Q8_0):
-    """Write HF-layout `weights` as a llama.cpp-style GGUF (permuting q/k for llama)."""
+def _tiny_gguf(tmp_path, spec, weights, *, qtype=Q.Q8_0, extra_kv=None):
+    """Write HF-layout `weights` as a llama.cpp-style GGUF (permuting q/k for llama); `extra_kv`:
+    more metadata (e.g. a tokenizer) as `_write_gguf` takes it."""
     arch = "qwen2" if spec.architecture == "qwen2" else "llama"
     kv = {f"{arch}.block_count": spec.num_layers, f"{arch}.context_length": spec.context_length,
           f"{arch}.embedding_length": spec.hidden_size,
@@ -197,7 +198,7 @@ def _tiny_gguf(tmp_path, spec, weights, *, qtype=Q.Q8_0):
         else:
             tensors.append((g, w, None))
     path = tmp_path / f"tiny-{arch}.gguf"
-    _write_gguf(path, arch, kv, tensors)
+    _write_gguf(path, arch, {**kv, **(extra_kv or {})}, tensors)
     return path
 
 
@@ -580,9 +581,9 @@ def test_tokenizer_json_other_pre_tokenizers():
         build_tokenizer_json(tokens, [], types, "nope")
 
 
-def test_tokenizer_from_gguf_path_rejects_spm(tmp_path):
-    path = tmp_path / "spm.gguf"
-    _write_gguf(path, "llama", {"tokenizer.ggml.model": "llama"},
+def test_tokenizer_from_gguf_path_rejects_other_tokenizer_models(tmp_path):
+    path = tmp_path / "t5.gguf"
+    _write_gguf(path, "llama", {"tokenizer.ggml.model": "t5"},
                 [("t", np.zeros(4, np.float32), None)])
-    with pytest.raises(NotImplementedError, match="'llama'"):
+    with pytest.raises(NotImplementedError, match="'t5'"):
         tokenizer_from_gguf(str(path))

@@ -12,6 +12,28 @@ what Llama 3, SmolLM, Qwen2 and most recent GGUF files carry. The pre-tokenizer 
 
 Tokens whose `token_type` is CONTROL (3) or USER_DEFINED (4) become added tokens (CONTROL
 ones `special`), matched before the pre-tokenizer, as llama.cpp and `tokenizers` both do.
+
+Also handles llama.cpp's SentencePiece vocabularies (`tokenizer.ggml.model == "llama"`: Llama 2,
+Mistral v0.1-0.3, Phi-3, Gemma, ...), which carry tokens, scores and token types but no merges. The
+tokenizer.json reproduces llama.cpp's SPM tokenizer (`llm_tokenizer_spm` in llama-vocab.cpp):
+
+- text is split around control, user-defined and unknown tokens first (added tokens, matched on the
+  raw text); each remaining piece gets a "\u2581" prepended when `tokenizer.ggml.add_space_prefix`
+  says so (llama.cpp's default for SPM: true), as llama.cpp prefixes a space to the first piece and
+  to every piece after a special token, and its spaces become "\u2581" (a `Prepend` + `Replace`
+  normalizer, which `tokenizers` runs on each piece between added tokens);
+- llama.cpp then merges, repeatedly, the adjacent pair whose concatenation is the vocabulary entry
+  with the highest score. A BPE model whose merges are every split of every token into two
+  vocabulary entries, ranked by the token's score, merges the same pairs;
+- a character left over that is no token becomes its UTF-8 bytes' `<0xNN>` tokens (BPE
+  `byte_fallback`), else the unknown token;
+- decoding maps "\u2581" back to spaces, byte tokens to their bytes, and drops the one leading space
+  the prefix added (the `Strip` decoder, as Hugging Face's Llama tokenizer does; llama.cpp's
+  detokenizer strips it from the first token unless that token is a BOS it skips);
+- BOS / EOS are added by a TemplateProcessing post-processor from `add_bos_token` /
+  `add_eos_token` (llama.cpp's defaults for SPM: BOS yes, EOS no; ids 1, 2, unknown 0);
+- llama.cpp strips the whitespace after Phi-3's special tokens (it recognises the model by
+  `general.name`); those added tokens get `rstrip` then.
 """
 
 from __future__ import annotations
@@ -99,6 +121,100 @@ def build_tokenizer_json(tokens: list[str], merges: list[str], token_types: list
     return json.dumps(doc, ensure_ascii=False)
 
 
+_SPACE = "\u2581"   # SentencePiece's space marker
+_BYTE_TOKEN = "<0x{:02X}>"
+# llama.cpp's defaults for a SentencePiece vocabulary whose file does not say
+_SPM_DEFAULT_IDS = {"bos": 1, "eos": 2, "unknown": 0}
+
+
+def spm_merges(tokens: list[str], scores: list[float]) -> list[tuple[str, str]]:
+    """BPE merges that make `tokenizers` merge like llama.cpp's SPM tokenizer: every split of every
+    vocabulary entry into two vocabulary entries, best score first (ties: lower id first, then the
+    longer left part). Splits fall on character boundaries, as llama.cpp's symbols are characters."""
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    ranked = []
+    for i, tok in enumerate(tokens):
+        if vocab.get(tok) != i:
+            continue                                # a duplicated text: llama.cpp keeps the last id
+        for cut in range(len(tok) - 1, 0, -1):
+            left, right = tok[:cut], tok[cut:]
+            if left in vocab and right in vocab:
+                ranked.append((-scores[i], i, -cut, left, right))
+    ranked.sort()
+    return [(left, right) for _, _, _, left, right in ranked]
+
+
+def build_spm_tokenizer_json(tokens: list[str], scores: list[float] | None,
+                             token_types: list[int] | None, *, bos_id: int | None = 1,
+                             eos_id: int | None = 2, unk_id: int | None = 0, add_bos: bool = True,
+                             add_eos: bool = False, add_space_prefix: bool = True,
+                             rstrip_special: bool = False) -> str:
+    """tokenizer.json text for a llama.cpp SentencePiece ("llama") vocabulary (module docstring)."""
+    tokens = [tok if tok else f"[EMPTY_{i}]" for i, tok in enumerate(tokens)]  # llama.cpp's rename
+    n = len(tokens)
+    scores = [0.0] * n if scores is None else [float(x) for x in scores]
+    types = [TOKEN_NORMAL] * n if token_types is None else list(token_types)
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+
+    def valid(i):
+        return i is not None and 0 <= i < n
+
+    # llama.cpp partitions the text on control, user-defined and unknown tokens before tokenizing.
+    # For Phi-3 it strips the whitespace after each of them, except after <unk>, <s>, <|endoftext|>.
+    added = []
+    for i, tok in enumerate(tokens):
+        kind = types[i]
+        if kind not in (TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNKNOWN):
+            continue
+        rstrip = rstrip_special and tok not in ("<unk>", "<s>", "<|endoftext|>")
+        added.append({"id": i, "content": tok, "single_word": False, "lstrip": False,
+                      "rstrip": rstrip, "normalized": False, "special": kind != TOKEN_USER_DEFINED})
+
+    replace = {"type": "Replace", "pattern": {"String": " "}, "content": _SPACE}
+    normalizer = ({"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": _SPACE}, replace]}
+                  if add_space_prefix else replace)
+    decoders = [{"type": "Replace", "pattern": {"String": _SPACE}, "content": " "},
+                {"type": "ByteFallback"}, {"type": "Fuse"}]
+    if add_space_prefix:
+        decoders.append({"type": "Strip", "content": " ", "start": 1, "stop": 0})
+
+    # BOS A EOS (and BOS A EOS BOS B EOS for pairs), each of BOS / EOS when the file adds it
+    bos = tokens[bos_id] if add_bos and valid(bos_id) else None
+    eos = tokens[eos_id] if add_eos and valid(eos_id) else None
+
+    def template(sequence, type_id):
+        return ([{"SpecialToken": {"id": bos, "type_id": type_id}}] if bos else []) + \
+            [{"Sequence": {"id": sequence, "type_id": type_id}}] + \
+            ([{"SpecialToken": {"id": eos, "type_id": type_id}}] if eos else [])
+
+    special = {tok: {"id": tok, "ids": [i], "tokens": [tok]}
+               for tok, i in ((bos, bos_id), (eos, eos_id)) if tok}
+    post_processor = ({"type": "TemplateProcessing", "single": template("A", 0),
+                       "pair": template("A", 0) + template("B", 1), "special_tokens": special}
+                      if special else None)
+
+    has_bytes = any(_BYTE_TOKEN.format(b) in vocab for b in range(256))
+    doc = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": normalizer,
+        "pre_tokenizer": None,       # llama.cpp tokenizes each piece between specials as one word
+        "post_processor": post_processor,
+        "decoder": {"type": "Sequence", "decoders": decoders},
+        "model": {
+            "type": "BPE", "dropout": None,
+            "unk_token": tokens[unk_id] if valid(unk_id) else None,
+            "continuing_subword_prefix": None, "end_of_word_suffix": None, "fuse_unk": True,
+            "byte_fallback": has_bytes, "ignore_merges": False,
+            "vocab": vocab,
+            "merges": [list(m) for m in spm_merges(tokens, scores)],
+        },
+    }
+    return json.dumps(doc, ensure_ascii=False)
+
+
 def tokenizer_from_gguf(source) -> tuple[str, dict]:
     """(tokenizer.json text, tokenizer_config dict) from a GGUF path or `gguf.GGUFReader`."""
     if isinstance(source, (str, os.PathLike)):
@@ -106,27 +222,49 @@ def tokenizer_from_gguf(source) -> tuple[str, dict]:
         source = gguf.GGUFReader(os.fspath(source))
     reader = source
     model = _contents(reader, "tokenizer.ggml.model")
-    if model != "gpt2":
+    if model not in ("gpt2", "llama"):
         raise NotImplementedError(
-            f"GGUF tokenizer model {model!r} is not supported (only byte-level BPE, 'gpt2')")
+            f"GGUF tokenizer model {model!r} is not supported (byte-level BPE 'gpt2' and "
+            "SentencePiece 'llama' are)")
     tokens = list(_contents(reader, "tokenizer.ggml.tokens"))
-    merges = list(_contents(reader, "tokenizer.ggml.merges", []))
     types = _contents(reader, "tokenizer.ggml.token_type")
     types = None if types is None else [int(t) for t in types]
-    pre = _contents(reader, "tokenizer.ggml.pre")
-    text = build_tokenizer_json(tokens, merges, types, pre)
+    spm = model == "llama"
 
-    def tok(key):
-        i = _contents(reader, key)
-        return tokens[int(i)] if i is not None and 0 <= int(i) < len(tokens) else None
+    def token_id(kind):
+        i = _contents(reader, f"tokenizer.ggml.{kind}_token_id")
+        if i is None:
+            return _SPM_DEFAULT_IDS.get(kind) if spm else None
+        return int(i) if 0 <= int(i) < len(tokens) else None
+
+    # llama.cpp adds BOS to a SentencePiece vocabulary unless the file says not to
+    add_bos = bool(_contents(reader, "tokenizer.ggml.add_bos_token", spm))
+    add_eos = bool(_contents(reader, "tokenizer.ggml.add_eos_token", False))
+    if spm:
+        name = str(_contents(reader, "general.name", "") or "").lower()
+        scores = _contents(reader, "tokenizer.ggml.scores")
+        text = build_spm_tokenizer_json(
+            tokens, None if scores is None else list(scores), types,
+            bos_id=token_id("bos"), eos_id=token_id("eos"), unk_id=token_id("unknown"),
+            add_bos=add_bos, add_eos=add_eos,
+            add_space_prefix=bool(_contents(reader, "tokenizer.ggml.add_space_prefix", True)),
+            rstrip_special="phi-3" in name or "phi3" in name)
+        tokens = [tok if tok else f"[EMPTY_{i}]" for i, tok in enumerate(tokens)]
+    else:
+        merges = list(_contents(reader, "tokenizer.ggml.merges", []))
+        text = build_tokenizer_json(tokens, merges, types, _contents(reader, "tokenizer.ggml.pre"))
+
+    def tok(kind):
+        i = token_id(kind)
+        return tokens[i] if i is not None and 0 <= i < len(tokens) else None
 
     config = {
-        "add_bos_token": bool(_contents(reader, "tokenizer.ggml.add_bos_token", False)),
-        "add_eos_token": bool(_contents(reader, "tokenizer.ggml.add_eos_token", False)),
-        "bos_token": tok("tokenizer.ggml.bos_token_id"),
-        "eos_token": tok("tokenizer.ggml.eos_token_id"),
-        "pad_token": tok("tokenizer.ggml.padding_token_id"),
-        "unk_token": tok("tokenizer.ggml.unknown_token_id"),
+        "add_bos_token": add_bos,
+        "add_eos_token": add_eos,
+        "bos_token": tok("bos"),
+        "eos_token": tok("eos"),
+        "pad_token": tok("padding"),
+        "unk_token": tok("unknown"),
         "clean_up_tokenization_spaces": False,
         "model_max_length": int(_contents(
             reader, f"{_contents(reader, 'general.architecture')}.context_length", 0) or 0),
