@@ -144,15 +144,16 @@ def read_prompts(args, stdin=None) -> list[str]:
 
 
 def prompt_tokens(tokenizer, prompt, *, chat_template=True, system=None):
+    from .tokenizer import encode_rendered_chat
+
     if chat_template and tokenizer.chat_template:
         messages = []
         if system is not None:
             messages.append({"role": "system", "content": system})
         messages.append({"role": "user", "content": prompt})
-        text = tokenizer.apply_chat_template(json.dumps(messages), add_generation_prompt=True)
-    else:
-        text = prompt
-    return tokenizer.encode(text)
+        return encode_rendered_chat(tokenizer, tokenizer.apply_chat_template(json.dumps(messages),
+                                                                             add_generation_prompt=True))
+    return tokenizer.encode(prompt)
 
 
 # ---- generation ---------------------------------------------------------------------------------

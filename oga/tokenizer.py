@@ -351,6 +351,14 @@ class Tokenizer:
         return f"<oga.Tokenizer {self._directory!r} vocab={self._vocab_size}>"
 
 
+def encode_rendered_chat(tokenizer, text):
+    """The ids of a rendered chat template (oga generate / oga serve): the template writes the special
+    tokens it wants, BOS included, so the tokenizer's post-processor adds none (a tokenizer.json that
+    prepends BOS, such as a SentencePiece one, would otherwise give two), as transformers tokenizes an
+    applied chat template."""
+    return _np.array(tokenizer._tokenizer.encode(text, add_special_tokens=False).ids, dtype=_np.int32)
+
+
 def _bytes_to_unicode():
     """GPT-2's byte <-> printable-character map that byte-level BPE vocabularies are written in."""
     printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1))

@@ -93,6 +93,13 @@ def test_the_conversion_keeps_the_weights_and_replaces_only_the_attention_plumbi
     kinds = [(n.domain, n.op_type) for n in after.graph.node]
     assert ("com.microsoft", "GroupQueryAttention") not in kinds
     assert kinds.count(("oga", "PagedGroupQueryAttention")) == 2
+    # every MatMulNBits (accuracy_level 4) is oga.QuantizedLinear over the same initializers, or kept on request
+    before_linears = {n.name: list(n.input)[1:] for n in before.graph.node if n.op_type == "MatMulNBits"}
+    after_linears = {n.name: list(n.input)[1:] for n in after.graph.node if n.op_type == "QuantizedLinear"}
+    assert before_linears and after_linears == before_linears and ("com.microsoft", "MatMulNBits") not in kinds
+    kept = onnx.load(os.path.join(convert(src, tmp_path / "kept", max_batch_size=8, context_length=512,
+                                          quantized_linear=False), "model.onnx"), load_external_data=False)
+    assert {n.name for n in kept.graph.node if n.op_type == "MatMulNBits"} == set(before_linears)
     for node in after.graph.node:
         if node.op_type == "PagedGroupQueryAttention":
             assert list(node.input[5:8]) == ["block_table", "cumulative_sequence_lengths", "past_sequence_lengths"]

@@ -279,3 +279,27 @@ def test_onnxruntime_genai_0_18_on_the_same_directory(tmp_path, files):
     assert oga_tokenizer.encode(text).tolist() == [1] + theirs.encode(text).tolist()
     assert ours.encode("12").tokens == ["<s>", "\u258112"]
     assert [ours.id_to_token(i) for i in theirs.encode("12").tolist()] == ["\u2581", "12"]
+
+
+def test_a_rendered_chat_template_gets_no_second_bos(tmp_path):
+    """A chat template that writes BOS itself (Llama 2, Gemma, Mistral) over a tokenizer whose
+    post-processor prepends BOS: oga generate / oga serve encode the rendered template without the
+    post-processor's tokens, so the prompt starts with one BOS, not two."""
+    import json
+
+    import oga as og
+    from oga.cli import prompt_tokens
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "hi": 3, "there": 4, "[": 5, "]": 6, "user": 7}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.add_special_tokens(["<s>", "</s>"])
+    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    template = "{{ bos_token }}{% for m in messages %}[ {{ m.role }} ] {{ m.content }}{% endfor %}"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+        {"bos_token": "<s>", "eos_token": "</s>", "chat_template": template}))
+    loaded = og.Tokenizer(str(tmp_path))
+    assert list(loaded.encode("hi there")) == [1, 3, 4]                     # encode keeps 0.18's behaviour
+    assert list(prompt_tokens(loaded, "hi there")) == [1, 5, 7, 6, 3, 4]    # one BOS, the template's

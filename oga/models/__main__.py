@@ -74,6 +74,9 @@ def make_parser() -> argparse.ArgumentParser:
     c.add_argument("--chunk-size", type=_positive,
                    help="search.chunk_size: max query tokens per request and step (default: max-scheduled-tokens); "
                         "sliding-window layers in a ring need it")
+    c.add_argument("--quantized-linear", action=argparse.BooleanOptionalAction, default=True,
+                   help="MatMulNBits nodes at accuracy_level 4 become oga.QuantizedLinear (default; "
+                        "--no-quantized-linear keeps ONNX Runtime's MatMulNBits)")
     c.add_argument("--window-ring", action=argparse.BooleanOptionalAction, default=None,
                    help="keep sliding-window layers' KV in a ring of chunk-size + window - 1 positions per request "
                         "(default: when that is smaller than the context; a ring turns prefix caching off)")
@@ -132,7 +135,7 @@ def convert_main(args) -> int:
         out = convert(args.source, args.output, block_size=args.block_size, num_blocks=args.num_blocks,
                       max_batch_size=args.max_batch_size, max_scheduled_tokens=args.max_scheduled_tokens,
                       context_length=args.context_length, chunk_size=args.chunk_size,
-                      window_ring=args.window_ring, progress=True)
+                      window_ring=args.window_ring, quantized_linear=args.quantized_linear, progress=True)
     except (ValueError, FileNotFoundError, OSError) as exc:
         print(f"python -m oga.models convert: error: {exc}", file=sys.stderr)
         return 2

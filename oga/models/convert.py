@@ -36,6 +36,10 @@ carried as it is, whatever its operator:
 - the rows that reach the LM head: only the last token of each row (a Reshape and a Gather in front
   of the head), so logits are [batch_size, vocab]; what the graph does to the logits after the head
   (Gemma2's final softcap, Granite's scale) is kept after that selection;
+- quantized linears: every com.microsoft.MatMulNBits at accuracy_level 4 (int8 activations, what
+  0.18's int4 builds use) becomes oga.QuantizedLinear over the same initializers (its kernels stream
+  the weights faster and give a row the same bits alone and in any batch); `quantized_linear=False`
+  keeps ONNX Runtime's MatMulNBits;
 - the attention_mask subgraph, now unused, is removed, and attention_metadata is declared;
 - initializers are untouched: an external-data file (model.onnx.data) is copied byte for byte and
   model.onnx keeps pointing into it;
@@ -307,6 +311,34 @@ def _convert_convolution(node, names: _Names, name: str):
                             name=node.name, domain=OGA, silu=CONV_ACTIVATIONS[attrs.get("activation", b"none")])
 
 
+def _oga_quantized_linears(graph) -> int:
+    """MatMulNBits nodes at accuracy_level 4 (int8 activations) become oga.QuantizedLinear over the same
+    inputs (A, B, scales, uint8 zero points) where it computes them: 4 or 8 bits, blocks of a multiple of
+    32, no g_idx or bias, constant weights. Returns how many were replaced."""
+    from onnx import TensorProto, helper
+
+    constants = _constant_tensors(graph)
+    replaced = 0
+    for node in graph.node:
+        if node.op_type != "MatMulNBits" or node.domain != MS:
+            continue
+        attrs = _attributes(node)
+        inputs = list(node.input)
+        if int(attrs.get("accuracy_level", 0)) != 4 or int(attrs.get("bits", 4)) not in (4, 8) \
+                or int(attrs.get("block_size", 0)) % 32 or any(inputs[4:]):
+            continue
+        weights = [x for x in inputs[1:4] if x]
+        if any(x not in constants for x in weights):
+            continue
+        if len(inputs) > 3 and inputs[3] and constants[inputs[3]].data_type != TensorProto.UINT8:
+            continue   # float zero points: MatMulNBits keeps them
+        node.CopyFrom(helper.make_node("QuantizedLinear", inputs[:4], list(node.output), name=node.name, domain=OGA,
+                                       K=int(attrs["K"]), N=int(attrs["N"]), bits=int(attrs.get("bits", 4)),
+                                       block_size=int(attrs["block_size"])))
+        replaced += 1
+    return replaced
+
+
 def _pack(graph, name: str):
     """Graph input `name` becomes packed [num_tokens]: its readers see it as [1, num_tokens]."""
     from onnx import TensorProto, helper
@@ -407,7 +439,8 @@ class ConvertedGraph:
 
 
 def convert_graph(model, decoder: dict, *, block_size: int, name: str = "model.onnx", chunk_size: int | None = None,
-                  context_length: int = cfg.CPU_DEFAULT_CONTEXT, window_ring: bool | None = None) -> ConvertedGraph:
+                  context_length: int = cfg.CPU_DEFAULT_CONTEXT, window_ring: bool | None = None,
+                  quantized_linear: bool = True) -> ConvertedGraph:
     """The paged decoder made from OGA's contiguous-cache ModelProto `model` (edited in place)."""
     from onnx import TensorProto, helper
 
@@ -444,6 +477,8 @@ def convert_graph(model, decoder: dict, *, block_size: int, name: str = "model.o
         _pack(graph, names.position_ids)
     head = _lm_head(graph, names.logits, name)
     _select_head_rows(graph, head, int(decoder["hidden_size"]))
+    if quantized_linear:
+        _oga_quantized_linears(graph)
 
     # drop what no output needs any more (the attention_mask subgraph)
     _remove_dead_nodes(graph)
@@ -553,13 +588,15 @@ def convert_config(config: dict, *, block_size: int, num_blocks: int | None, max
 def convert(src, dst, *, block_size: int = cfg.CPU_BLOCK_SIZE, num_blocks: int | None = None,
             max_batch_size: int = cfg.DEFAULT_MAX_BATCH_SIZE,
             max_scheduled_tokens: int = cfg.DEFAULT_MAX_SCHEDULED_TOKENS, context_length: int | None = None,
-            chunk_size: int | None = None, window_ring: bool | None = None, progress: bool = False) -> str:
+            chunk_size: int | None = None, window_ring: bool | None = None, quantized_linear: bool = True,
+            progress: bool = False) -> str:
     """Converts OGA builder CPU directory `src` into a paged decoder directory `dst` (which must not
     exist yet) and returns dst. Raises ConversionError, writing nothing, when src cannot be
     converted. `context_length` (default: search.max_length capped at 4096) bounds each request;
     `num_blocks` defaults to `max_batch_size` requests of that length. Sliding-window layers go to a
     ring of blocks per request when `window_ring` is True, or (None) when that saves memory;
-    `chunk_size` (default: max_scheduled_tokens) caps a request's tokens per step, which a ring needs."""
+    `chunk_size` (default: max_scheduled_tokens) caps a request's tokens per step, which a ring needs.
+    `quantized_linear`: MatMulNBits at accuracy_level 4 becomes oga.QuantizedLinear (False: kept)."""
     import onnx
 
     src, dst = os.fspath(src), os.fspath(dst)
@@ -597,7 +634,7 @@ def convert(src, dst, *, block_size: int = cfg.CPU_BLOCK_SIZE, num_blocks: int |
         "max_length", config.get("model", {}).get("context_length", 4096))), cfg.CPU_DEFAULT_CONTEXT))
     chunk = int(chunk_size or max_scheduled_tokens)
     graph = convert_graph(model, decoder, block_size=block_size, name=filename, chunk_size=chunk,
-                          context_length=length, window_ring=window_ring)
+                          context_length=length, window_ring=window_ring, quantized_linear=quantized_linear)
     model = graph.model
     cos_names = {n.input[PAGED_COS] for n in model.graph.node
                  if n.op_type == "PagedGroupQueryAttention" and len(n.input) > PAGED_COS and n.input[PAGED_COS]}

@@ -29,6 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 import oga as og
+from oga.tokenizer import encode_rendered_chat
 
 from .engine_owner import Begun, EngineOwner, EngineStats, Finished, Rejected, ServiceUnavailable, Token, TurnSpec
 from .metrics import ServeMetrics
@@ -220,7 +221,7 @@ class Server:
                 text = tokenizer.apply_chat_template(json.dumps(generation.messages), add_generation_prompt=True)
             except RuntimeError as e:
                 raise bad_request(f"The chat template cannot render these messages: {e}", "messages") from None
-            prompt = tokenizer.encode(unicode_text(text, "messages"))
+            prompt = encode_rendered_chat(tokenizer, unicode_text(text, "messages"))
         elif generation.prompt_text is not None:
             prompt = tokenizer.encode(unicode_text(generation.prompt_text, "prompt"))
         else:
