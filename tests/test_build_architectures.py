@@ -94,3 +94,22 @@ def test_the_cuda_graph_refuses_features_it_lacks(tmp_path, name):
     with pytest.raises(NotImplementedError, match=f"the CUDA graph does not implement .* for {spec.architecture}"):
         _build(name, tmp_path / "cuda", target="cuda")
     assert not (tmp_path / "cuda").exists()
+
+
+@pytest.mark.parametrize("architecture", ["gemma2", "gemma3", "qwen3"])
+def test_random_builds_of_registry_architectures(tmp_path, architecture):
+    """`oga build --random --architecture NAME` gives the architecture's features (the defaults its
+    config would have) on the command's shape: the engine's greedy tokens equal the numpy reference's on
+    the same random weights."""
+    from oga.models.__main__ import main, make_parser, random_spec_from_args
+    from oga.models.random_weights import random_model
+    from oga.models.reference import greedy
+
+    argv = ["build", "--random", "--architecture", architecture, "--layers", "3", "--hidden", "64", "--heads", "4",
+            "--kv-heads", "2", "--vocab", "97", "--sliding-window", "8", "--sliding-window-layers", "0,1",
+            "--context-length", "64", "--output", str(tmp_path / "out")]
+    spec = random_spec_from_args(make_parser().parse_args(argv))
+    assert spec.architecture == architecture and spec.features() and spec.ring_layers() == [0, 1]
+    assert main(argv) == 0
+    prompt = [5, 6, 7, 8, 9] * 3                      # past the window of 8
+    assert _engine_tokens(tmp_path / "out", [prompt]) == [greedy(random_model(spec, seed=0), prompt, MAX_NEW)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import architectures
 from .linear_weights import CHOSEN_PRECISIONS, DEFAULT_ACCURACY_LEVEL
 
 
@@ -81,7 +82,9 @@ def make_parser() -> argparse.ArgumentParser:
                    help="keep sliding-window layers' KV in a ring of chunk-size + window - 1 positions per request "
                         "(default: when that is smaller than the context; a ring turns prefix caching off)")
     r = b.add_argument_group("random model shape (with --random)")
-    r.add_argument("--architecture", choices=("llama", "qwen2", "mistral"), default="llama")
+    r.add_argument("--architecture", choices=sorted(architectures.REGISTRY), default="llama",
+                   help="an architecture of the registry (oga/models/architectures): its features, with the "
+                        "defaults its config would have, on the shape below")
     r.add_argument("--layers", type=_positive, default=2)
     r.add_argument("--hidden", type=_positive, default=64)
     r.add_argument("--heads", type=_positive, default=4)
@@ -115,16 +118,27 @@ def random_spec_from_args(args):
     from .spec import DecoderSpec
     if args.hidden % args.heads and args.head_dim is None:
         raise ValueError(f"--hidden {args.hidden} is not a multiple of --heads {args.heads}; give --head-dim")
+    head_dim = args.head_dim or args.hidden // args.heads
+    window_layers = _layer_list(args.sliding_window_layers)
+    # the architecture's features, from the config a checkpoint of this shape would have
+    config = {"hidden_size": args.hidden, "num_attention_heads": args.heads, "head_dim": head_dim,
+              "intermediate_size": args.intermediate or 4 * args.hidden, "tie_word_embeddings": False,
+              "sliding_window": args.sliding_window, "use_sliding_window": bool(args.sliding_window)}
+    if args.sliding_window:
+        config["layer_types"] = ["sliding_attention" if window_layers is None or i in window_layers
+                                 else "full_attention" for i in range(args.layers)]
+    features = architectures.REGISTRY[args.architecture].features(config)
+    features.update(sliding_window=args.sliding_window, sliding_window_layers=window_layers,
+                    tie_word_embeddings=False)     # the command's own flags describe windows and the head
     spec = DecoderSpec(
         architecture=args.architecture, vocab_size=args.vocab, hidden_size=args.hidden,
-        intermediate_size=args.intermediate or 4 * args.hidden, num_layers=args.layers,
-        num_heads=args.heads, num_kv_heads=args.kv_heads, head_dim=args.head_dim or args.hidden // args.heads,
+        intermediate_size=config["intermediate_size"], num_layers=args.layers,
+        num_heads=args.heads, num_kv_heads=args.kv_heads, head_dim=head_dim,
         rope_theta=10000.0, rope_scaling=None, rms_norm_eps=1e-5, context_length=args.max_position,
-        tie_word_embeddings=False, qkv_bias=args.architecture == "qwen2", sliding_window=args.sliding_window,
-        bos_token_id=min(1, args.vocab - 1), eos_token_ids=[min(2, args.vocab - 1)], pad_token_id=0,
-        sliding_window_layers=_layer_list(args.sliding_window_layers),
+        qkv_bias=features.pop("qkv_bias", False), bos_token_id=min(1, args.vocab - 1),
+        eos_token_ids=[min(2, args.vocab - 1)], pad_token_id=0,
         layer_types=[part.strip() for part in args.layer_types.split(",")] if args.layer_types else None,
-        conv_kernel=args.conv_kernel)
+        conv_kernel=args.conv_kernel, **features)
     spec.check()
     return spec
 
