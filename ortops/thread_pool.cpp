@@ -10,6 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include <pthread.h>
+#include <sched.h>
+
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #endif
@@ -137,12 +140,24 @@ class ThreadPool {
 
 namespace {
 
+// The CPUs this process may run on (its affinity mask), at most 16.
+int DefaultThreads() {
+  int cpus = 0;
+#if defined(__linux__)
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
+#endif
+  if (cpus <= 0) cpus = static_cast<int>(std::thread::hardware_concurrency());
+  return cpus < 1 ? 1 : (cpus > 16 ? 16 : cpus);
+}
+
+// OGA_ORTOPS_THREADS: a count (0: ONNX Runtime's pool); unset, empty or not a count: the default.
 int ThreadsFromEnvironment() {
   const char* value = std::getenv("OGA_ORTOPS_THREADS");
-  if (value == nullptr || *value == '\0') return 0;
+  if (value == nullptr || *value == '\0') return DefaultThreads();
   char* end = nullptr;
   const long threads = std::strtol(value, &end, 10);
-  if (*end != '\0' || threads < 0 || threads > 256) return 0;
+  if (*end != '\0' || threads < 0 || threads > 256) return DefaultThreads();
   return static_cast<int>(threads);
 }
 
@@ -150,11 +165,21 @@ std::mutex pool_mutex;
 std::unique_ptr<ThreadPool> pool;
 std::atomic<ThreadPool*> shared_pool{nullptr};
 std::atomic<bool> initialized{false};
+std::atomic<int> configured{-1};  // the count SetThreadPoolThreads set; -1: the environment's
+
+// A forked child has none of the parent's workers: it forgets the parent's pool without destroying
+// it (threads that do not exist cannot be joined) and makes its own, of the same size, on first use.
+void ForgetPoolAfterFork() {
+  (void)pool.release();
+  shared_pool.store(nullptr);
+  initialized.store(false);
+}
 
 }  // namespace
 
 int SetThreadPoolThreads(int threads) {
   std::lock_guard<std::mutex> lock(pool_mutex);
+  configured.store(threads < 0 ? 0 : threads);
   initialized.store(true);
   shared_pool.store(nullptr);
   pool.reset();
@@ -171,10 +196,12 @@ int ThreadPoolThreads() {
 }
 
 ThreadPool* SharedThreadPool() {
+  static const int registered = pthread_atfork(nullptr, nullptr, ForgetPoolAfterFork);
+  (void)registered;
   if (!initialized.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(pool_mutex);
     if (!initialized.load()) {
-      const int threads = ThreadsFromEnvironment();
+      const int threads = configured.load() >= 0 ? configured.load() : ThreadsFromEnvironment();
       if (threads > 0) {
         pool.reset(new ThreadPool(threads));
         shared_pool.store(pool.get());

@@ -1,7 +1,7 @@
 /*
  * thread_pool.h -- oga's own threads for its operators' parallel loops (KernelCall::ParallelFor),
- * used instead of ONNX Runtime's intra-op pool when OGA_ORTOPS_THREADS is set (or
- * OgaOrtOpsSetThreads is called).
+ * used instead of ONNX Runtime's intra-op pool: by default one thread per CPU the process may run on
+ * (at most 16), OGA_ORTOPS_THREADS=N for N (0: ONNX Runtime's pool), or OgaOrtOpsSetThreads.
  *
  * A loop's iterations are claimed one at a time, from one counter, by whichever threads run: the
  * caller works too, and a worker that is descheduled (a busy thread or process took its core) simply
@@ -18,7 +18,7 @@
 
 namespace ortops {
 
-// The pool in use, or NULL when the operators use ONNX Runtime's (the default, and a count of 0).
+// The pool in use, or NULL when the operators use ONNX Runtime's (a count of 0).
 class ThreadPool;
 ThreadPool* SharedThreadPool();
 
