@@ -90,13 +90,13 @@ void Configure(Model* model, const OgaNativeDecoderSpec& spec) {
   model->is_static = spec.static_batching != 0;
   model->input_ids = Required(spec.input_ids, "input_ids");
   model->logits = Required(spec.logits, "logits");
+  model->position_ids = Text(spec.position_ids);
   if (model->is_static) {
     model->attention_mask = Required(spec.attention_mask, "attention_mask");
   } else {
     model->cumulative = Required(spec.cumulative_sequence_lengths, "cumulative_sequence_lengths");
     model->past = Required(spec.past_sequence_lengths, "past_sequence_lengths");
     model->block_table = Required(spec.block_table, "block_table");
-    model->position_ids = Text(spec.position_ids);
     model->block_table_windowed = Text(spec.block_table_windowed);
     model->attention_metadata = Text(spec.attention_metadata);
     model->logits_indices = Text(spec.logits_indices);
@@ -133,6 +133,7 @@ void Configure(Model* model, const OgaNativeDecoderSpec& spec) {
     model->fixed_row_bytes.push_back(f.row_bytes);
   }
   model->fixed_capture = !model->fixed_states.empty() && !model->fixed_states[0].capture.empty();
+  model->static_rows_alone = spec.static_rows_alone != 0;
   for (const FixedState& f : model->fixed_states)
     if (f.capture.empty() == model->fixed_capture)
       throw std::runtime_error("a decoder captures the per-token state of every fixed tensor or of none");

@@ -63,6 +63,7 @@ struct Model {
   std::vector<FixedState> fixed_states;
   std::vector<size_t> fixed_row_bytes;  // OgaExtModelExecutor.fixed_state_row_bytes points here
   bool fixed_capture = false;
+  bool static_rows_alone = false;  // OgaNativeDecoderSpec.static_rows_alone
 
   // Summed over the model's engines (each runs on its own owner thread).
   std::atomic<uint64_t> run_ns{0};

@@ -81,7 +81,7 @@ typedef struct OgaNativeDecoderSpec {
    * by execute_static); 0: a paged decoder (run by execute). */
   int32_t static_batching;
   const char* input_ids;
-  const char* position_ids;       /* paged; NULL: not a graph input */
+  const char* position_ids;       /* NULL: not a graph input */
   const char* cumulative_sequence_lengths;  /* paged */
   const char* past_sequence_lengths;        /* paged */
   const char* block_table;                  /* paged */
@@ -115,6 +115,9 @@ typedef struct OgaNativeDecoderSpec {
   /* paged, float logits: output [rows, ceil(vocab / 1024)] float, the logits' block maxima
    * (OgaExtStepOutputs.logits_block_maxima); NULL: the graph has none */
   const char* logits_block_maxima;
+  /* static: 1 = a new batch's prefill whose rows differ in length runs every row alone, over its
+   * own tokens (fixed state or sliding-window layers: the padding must not reach them) */
+  int32_t static_rows_alone;
 } OgaNativeDecoderSpec;
 
 /* sizeof of the spec structs, so the ctypes mirrors can check their layout. */

@@ -272,6 +272,8 @@ cdef extern from "oga/oga_ext.h" nogil:
         const int64_t* input_ids
         const int64_t* attention_mask
         const int32_t* logits_positions
+        const int64_t* position_ids
+        int32_t new_batch
 
     ctypedef struct OgaExtStepInputs:
         size_t num_rows

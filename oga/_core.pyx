@@ -18,8 +18,10 @@ from libc.string cimport memcpy
 from libcpp cimport bool as cbool
 
 import enum
+import functools
 import json
 import os
+import signal
 import threading
 
 import numpy as np

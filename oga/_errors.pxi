@@ -44,19 +44,57 @@ cdef inline int check_result(c_OgaResult* result) except -1:
 
 # ---------------------------------------------------------------------------------------------
 # Interruptions. A BaseException that is not an Exception (KeyboardInterrupt from a signal handler,
-# SystemExit, GeneratorExit) raised by Python code inside a callback the core runs is not a failure
-# of the model or the device: the caller wants control back. The trampoline keeps it in this
-# thread's slot and reports OgaExtExecutionStatus_Interrupted (or the callback's plain failure where
-# the core has no such status), so the core rolls back without effect and stays healthy; the Python
-# wrapper of the core call raises it once the call returns. Exceptions keep their classification.
+# SystemExit, GeneratorExit), or any exception the caller's own signal handler raised, raised by
+# Python code inside a callback the core runs is not a failure of the model or the device: the
+# caller wants control back. The trampoline keeps it in this thread's slot and reports
+# OgaExtExecutionStatus_Interrupted (or the callback's plain failure where the core has no such
+# status), so the core rolls back without effect and stays healthy; the Python wrapper of the core
+# call raises it once the call returns. Exceptions keep their classification.
 # ---------------------------------------------------------------------------------------------
 
 cdef object _interruptions = threading.local()  # .error: this thread's deferred interruption
 cdef Py_ssize_t _interrupted_threads = 0        # threads whose slot holds one (GIL-protected)
 
 
-cdef inline bint _is_interruption(object error):
-    return not isinstance(error, Exception)
+def _raised_by_signal_handler(error):
+    """Whether `error` came out of a Python signal handler installed in this process (a RuntimeError
+    from a SIGALRM timeout handler, say): the handler ran inside a callback only because the signal
+    arrived while the callback held the main thread, so the exception is the caller's, not a failure
+    of the model. Its traceback then passes through the handler's code, which the traceback of an
+    exception raised by the callback's own code never does. Signal handlers run only on the main
+    thread; only failure paths call this."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    traceback = getattr(error, "__traceback__", None)
+    if traceback is None:
+        return False
+    codes = set()
+    for signum in signal.valid_signals():
+        try:
+            code = _handler_code(signal.getsignal(signum))
+        except (ValueError, OSError):
+            continue
+        if code is not None:
+            codes.add(code)
+    while traceback is not None:
+        if traceback.tb_frame.f_code in codes:
+            return True
+        traceback = traceback.tb_next
+    return False
+
+
+cdef object _handler_code(object handler):
+    """The code object a Python signal handler runs (a function, a bound method, a partial of
+    either, or an object whose class defines __call__); None for SIG_DFL, SIG_IGN, None and
+    built-in handlers (signal.default_int_handler raises KeyboardInterrupt, an interruption anyway)."""
+    while isinstance(handler, functools.partial):
+        handler = handler.func
+    function = getattr(handler, "__func__", handler)
+    code = getattr(function, "__code__", None)
+    if code is None and not isinstance(handler, (int, type(None))):
+        call = getattr(type(handler), "__call__", None)
+        code = getattr(call, "__code__", None)
+    return code
 
 
 cdef void _defer_interruption(object error) noexcept:
@@ -68,6 +106,17 @@ cdef void _defer_interruption(object error) noexcept:
             _interrupted_threads += 1
     except BaseException:
         pass
+
+
+cdef bint _is_interruption(object error) noexcept:
+    if not isinstance(error, Exception):
+        return True
+    try:
+        return _raised_by_signal_handler(error)
+    except BaseException as late:
+        # A signal handler raised while the check ran: an interruption of its own, which wins.
+        _defer_interruption(late)
+        return True
 
 
 cdef bint _interruption_deferred() noexcept:

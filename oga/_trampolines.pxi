@@ -261,7 +261,8 @@ cdef OgaExtExecutionStatus _onnx_execute_static(void* engine_data, const OgaExtS
         try:
             status, text, address, rows = executor.execute_static(
                 inputs.batch_size, inputs.sequence_length, inputs.total_sequence_length, <size_t>inputs.input_ids,
-                <size_t>inputs.attention_mask, <size_t>inputs.logits_positions)
+                <size_t>inputs.attention_mask, <size_t>inputs.logits_positions, <size_t>inputs.position_ids,
+                inputs.new_batch)
             if status != 0:
                 _write_message(message, capacity, text)
                 return status

@@ -29,11 +29,12 @@ __all__ = [
 
 
 def _onnxruntime():
+    from .onnxruntime_import import import_onnxruntime
+
     try:
-        import onnxruntime
+        return import_onnxruntime()
     except ImportError:
         return None
-    return onnxruntime
 
 
 def _provider_available(name):

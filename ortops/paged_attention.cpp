@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention_math.h"
@@ -17,14 +18,14 @@ using namespace ortapi;
 const InputSpec PagedGroupQueryAttentionFloatCache::kInputs[] = {
     {kFloat, false}, {kFloat, true},  {kFloat, true},  {kFloat, false}, {kFloat, false},
     {kInt32, false}, {kInt32, false}, {kInt32, false}, {kFloat, true},  {kFloat, true},
-    {kFloat, true},  {kFloat16, true},
+    {kFloat, true},  {kFloat16, true}, {kFloat, true},  {kFloat, true},  {kFloat, true},
 };
 const OutputSpec PagedGroupQueryAttentionFloatCache::kOutputs[] = {{kFloat, false}, {kFloat, false}, {kFloat, false}};
 
 const InputSpec PagedGroupQueryAttentionHalfCache::kInputs[] = {
     {kFloat, false}, {kFloat, true},  {kFloat, true},  {kFloat16, false}, {kFloat16, false},
     {kInt32, false}, {kInt32, false}, {kInt32, false}, {kFloat, true},    {kFloat, true},
-    {kFloat, true},  {kFloat16, true},
+    {kFloat, true},  {kFloat16, true},   {kFloat, true},  {kFloat, true},  {kFloat, true},
 };
 const OutputSpec PagedGroupQueryAttentionHalfCache::kOutputs[] = {
     {kFloat, false}, {kFloat16, false}, {kFloat16, false}};
@@ -44,6 +45,11 @@ PagedGroupQueryAttention::PagedGroupQueryAttention(const KernelInfo& info) {
   int64_t window = info.Int("local_window_size", -1);
   Require(window == -1 || window > 0, "local_window_size must be -1 (none) or positive, got " + std::to_string(window));
   window_ = window > 0 ? static_cast<int>(window) : 0;
+  softcap_ = info.Float("softcap", 0.0f);
+  Require(std::isfinite(softcap_) && softcap_ >= 0.0f, "softcap must be finite and >= 0 (0: none)");
+  rope_switch_length_ = info.Int("rope_switch_length", 0);
+  Require(rope_switch_length_ >= 0, "rope_switch_length must be >= 0 (0: one pair of RoPE tables), got " +
+                                        std::to_string(rope_switch_length_));
 }
 
 namespace {
@@ -71,6 +77,8 @@ struct Step {
   bool interleaved = false;
   int window = 0;
   float scale = 1.0f;
+  float softcap = 0.0f;           // 0: none
+  const float* sink = nullptr;    // per query head, or NULL
   const int32_t* cu = nullptr;
   const int32_t* past = nullptr;
   const int32_t* table = nullptr;
@@ -80,6 +88,11 @@ struct Step {
   int64_t q_stride = 0, k_stride = 0, v_stride = 0;
   const float* cos = nullptr;
   const float* sin = nullptr;
+  // LongRoPE: a row longer than rope_switch positions (past + this step's tokens) rotates with the
+  // long tables; 0: one pair of tables for every row.
+  int64_t rope_switch = 0;
+  const float* cos_long = nullptr;
+  const float* sin_long = nullptr;
   bool half_cache = false;   // the caches hold Half (float16) values, else float
   void* key_cache = nullptr;
   void* value_cache = nullptr;
@@ -99,17 +112,41 @@ struct Step {
   }
   // The lowest key position a query at `position` sees.
   int64_t FirstKey(int64_t position) const { return window ? std::max<int64_t>(0, position - window + 1) : 0; }
+
+  // scores[i] = softcap * tanh(scores[i] / softcap) for i < n, when the step has a softcap.
+  void Softcap(float* scores, int64_t n) const {
+    if (softcap == 0.0f) return;
+    const float inverse = 1.0f / softcap;
+    for (int64_t i = 0; i < n; ++i) scores[i] = softcap * std::tanh(scores[i] * inverse);
+  }
+
+  // The factor that turns head h's weights exp(score - max) into probabilities: 1 / the
+  // denominator, which with an attention sink also holds exp(sink - max). Both are taken relative
+  // to max(max, sink), so a sink far above the scores cannot overflow.
+  float Normalizer(int h, float max, float sum) const {
+    if (sink == nullptr) return 1.0f / sum;
+    const float top = std::max(max, sink[h]);
+    const float rescale = std::exp(max - top);
+    return rescale / (sum * rescale + std::exp(sink[h] - top));
+  }
 };
 
-// x (D floats) rotated at `position` into out, times `factor`.
-void Rotate(const Step& s, const float* x, int64_t position, float factor, float* out) {
+// The RoPE tables row `row` rotates with (cos, sin).
+std::pair<const float*, const float*> RopeTables(const Step& s, int64_t row) {
+  const bool long_tables = s.rope_switch > 0 && int64_t{s.past[row]} + (s.cu[row + 1] - s.cu[row]) > s.rope_switch;
+  return long_tables ? std::make_pair(s.cos_long, s.sin_long) : std::make_pair(s.cos, s.sin);
+}
+
+// x (D floats) rotated at `position` with tables (cos, sin) into out, times `factor`.
+void Rotate(const Step& s, const float* x, int64_t position, const std::pair<const float*, const float*>& tables,
+            float factor, float* out) {
   const int D = s.head_dim, half = s.rotary_half;
   if (half == 0) {
     for (int d = 0; d < D; ++d) out[d] = x[d] * factor;
     return;
   }
-  const float* c = s.cos + position * half;
-  const float* n = s.sin + position * half;
+  const float* c = tables.first + position * half;
+  const float* n = tables.second + position * half;
   if (s.interleaved) {
     for (int i = 0; i < half; ++i) {
       float a = x[2 * i], b = x[2 * i + 1];
@@ -185,6 +222,7 @@ void DecodeChunk(const Step& s, const AttentionMath& math, const Unit& u, const 
     cm.decode_scores(query, H, g, keys + run.offset, s.slot_stride, static_cast<int>(run.count), D,
                      S + (run.position - u.begin) * padded, padded, ahead, values + run.offset);
   }
+  s.Softcap(S, n * padded);
   math.softmax_columns(S, static_cast<int>(n), padded, padded, maxes, sums);
   const bool alone = u.partial < 0;
   float* slot = alone ? nullptr : partials + u.partial * H * (D + 2);
@@ -195,7 +233,7 @@ void DecodeChunk(const Step& s, const AttentionMath& math, const Unit& u, const 
                          static_cast<int>(run.count), D, o);
   for (int h = 0; h < H; ++h) {
     if (alone) {
-      const float inv = 1.0f / sums[h];
+      const float inv = s.Normalizer(h, maxes[h], sums[h]);
       for (int d = 0; d < D; ++d) o[h * D + d] *= inv;
     } else {
       slot[h] = maxes[h];
@@ -234,9 +272,11 @@ void PrefillTile(const Step& s, const AttentionMath& math, const Unit& u, const 
     const int64_t lo = s.FirstKey(position) - key_lo, hi = position - key_lo + 1;  // columns [lo, hi)
     for (int i = 0; i < g; ++i) {
       float* row = S + (tt * g + i) * stride;
+      s.Softcap(row + lo, hi - lo);
       float m = row[lo];
       for (int64_t j = lo + 1; j < hi; ++j) m = std::max(m, row[j]);
-      float inv = 1.0f / math.exp_shifted_sum(row + lo, static_cast<int>(hi - lo), m);
+      const float sum = math.exp_shifted_sum(row + lo, static_cast<int>(hi - lo), m);
+      const float inv = s.Normalizer(u.head * g + i, m, sum);
       for (int64_t j = 0; j < lo; ++j) row[j] = 0.0f;
       for (int64_t j = lo; j < hi; ++j) row[j] *= inv;
       for (int64_t j = hi; j < L; ++j) row[j] = 0.0f;
@@ -259,9 +299,10 @@ void MergeChunks(const Step& s, int64_t row, int64_t first_partial, int64_t chun
   for (int h = 0; h < H; ++h) {
     float M = -INFINITY;
     for (int64_t c = 0; c < chunks; ++c) M = std::max(M, partials[(first_partial + c) * slot_floats + h]);
+    if (s.sink != nullptr) M = std::max(M, s.sink[h]);
     float* o = out + h * D;
     std::memset(o, 0, sizeof(float) * D);
-    float denominator = 0.0f;
+    float denominator = s.sink != nullptr ? std::exp(s.sink[h] - M) : 0.0f;
     for (int64_t c = 0; c < chunks; ++c) {
       const float* slot = partials + (first_partial + c) * slot_floats;
       const float w = std::exp(slot[h] - M);
@@ -274,8 +315,8 @@ void MergeChunks(const Step& s, int64_t row, int64_t first_partial, int64_t chun
   }
 }
 
-Step CheckedStep(KernelCall& call, int heads, int kv_heads, float scale, bool rotary, bool interleaved, int window,
-                 Tensor* key_cache_in, Tensor* value_cache_in) {
+Step CheckedStep(KernelCall& call, int heads, int kv_heads, float scale, float softcap, bool rotary, bool interleaved,
+                 int window, int64_t rope_switch, Tensor* key_cache_in, Tensor* value_cache_in) {
   Step s;
   Tensor query = call.Input(0), key = call.Input(1), value = call.Input(2);
   Tensor key_cache = call.Input(3), value_cache = call.Input(4);
@@ -309,6 +350,14 @@ Step CheckedStep(KernelCall& call, int heads, int kv_heads, float scale, bool ro
   s.slot_stride = static_cast<int64_t>(kv_heads) * s.head_dim;
   s.block_stride = s.block_size * s.slot_stride;
   s.window = window;
+  s.softcap = softcap;
+  Tensor sink = call.Input(12);
+  if (sink.present()) {
+    RequireTensor(sink, "head_sink", kFloat, 1);
+    Require(sink.dim(0) == heads, "head_sink " + sink.ShapeText() + " must have num_heads (" + std::to_string(heads) +
+                                      ") entries");
+    s.sink = sink.as<float>();
+  }
   s.scale = scale > 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   s.interleaved = interleaved;
   const int64_t D = s.head_dim;
@@ -391,6 +440,21 @@ Step CheckedStep(KernelCall& call, int heads, int kv_heads, float scale, bool ro
     s.rotary_half = static_cast<int>(cos.dim(1));
     s.cos = cos.as<float>();
     s.sin = sin.as<float>();
+    Tensor cos_long = call.Input(13), sin_long = call.Input(14);
+    Require(cos_long.present() == (rope_switch > 0) && sin_long.present() == (rope_switch > 0),
+            "cos_cache_long and sin_cache_long are given exactly when rope_switch_length > 0");
+    if (rope_switch > 0) {
+      RequireTensor(cos_long, "cos_cache_long", kFloat, 2);
+      RequireTensor(sin_long, "sin_cache_long", kFloat, 2);
+      Require(cos_long.shape == cos.shape && sin_long.shape == cos.shape,
+              "cos_cache_long " + cos_long.ShapeText() + " and sin_cache_long " + sin_long.ShapeText() +
+                  " must have cos_cache's shape " + cos.ShapeText());
+      s.rope_switch = rope_switch;
+      s.cos_long = cos_long.as<float>();
+      s.sin_long = sin_long.as<float>();
+    }
+  } else {
+    Require(rope_switch == 0, "rope_switch_length needs do_rotary");
   }
   *key_cache_in = key_cache;
   *value_cache_in = value_cache;
@@ -412,10 +476,12 @@ void Attend(KernelCall& call, const Step& s, const AttentionMath& math) {
     const int64_t begin = static_cast<int64_t>(group) * kPrefillTile, end = std::min(s.tokens, begin + kPrefillTile);
     for (int64_t t = begin; t < end; ++t) {
       const int64_t r = token_row[t], position = s.past[r] + (t - s.cu[r]);
-      for (int h = 0; h < H; ++h) Rotate(s, s.q + t * s.q_stride + h * D, position, s.scale, rotated + (t * H + h) * D);
+      const auto tables = RopeTables(s, r);
+      for (int h = 0; h < H; ++h)
+        Rotate(s, s.q + t * s.q_stride + h * D, position, tables, s.scale, rotated + (t * H + h) * D);
       const int64_t slot = s.Offset(r, position);
       for (int h = 0; h < s.kv_heads; ++h) {
-        Rotate(s, s.k + t * s.k_stride + h * D, position, 1.0f, key);
+        Rotate(s, s.k + t * s.k_stride + h * D, position, tables, 1.0f, key);
         cm.store(key, D, s.Keys<T>() + slot + h * D);
         cm.store(s.v + t * s.v_stride + h * D, D, s.Values<T>() + slot + h * D);
       }
@@ -475,8 +541,8 @@ void Attend(KernelCall& call, const Step& s, const AttentionMath& math) {
 
 void PagedGroupQueryAttention::Compute(KernelCall& call) {
   Tensor key_cache_in, value_cache_in;
-  Step s = CheckedStep(call, num_heads_, kv_num_heads_, scale_, do_rotary_, rotary_interleaved_, window_,
-                       &key_cache_in, &value_cache_in);
+  Step s = CheckedStep(call, num_heads_, kv_num_heads_, scale_, softcap_, do_rotary_, rotary_interleaved_, window_,
+                       rope_switch_length_, &key_cache_in, &value_cache_in);
   Tensor out = call.Output(0, s.output_shape);
   Tensor present_key = call.Output(1, key_cache_in.shape);
   Tensor present_value = call.Output(2, value_cache_in.shape);

@@ -18,6 +18,10 @@
  *   9 sin_cache      float [max_positions, R/2]
  *  10 offset_input   float [N, k]       (optional, packed query only: the q|k|v projection's block
  *  11 offset_weights float16 [k/32, W]   offsets, see block_offsets.h)
+ *  12 head_sink      float [Hq]         (optional) one attention-sink logit per query head: it joins
+ *                    each softmax's denominator as exp(sink) and contributes no value (GPT-OSS)
+ *  13 cos_cache_long float [max_positions, R/2]  (with rope_switch_length only: LongRoPE's long
+ *  14 sin_cache_long float [max_positions, R/2]   tables)
  *
  *   0 output         float [N, Hq*D]
  *   1 present_key    the key cache's type and shape: the cache after this step's writes
@@ -25,7 +29,12 @@
  *
  * Attributes: num_heads (Hq), kv_num_heads (Hkv; Hq a multiple of it), scale (default 1/sqrt(D)),
  * do_rotary (0/1), rotary_interleaved (0: rotate halves, as Hugging Face Llama; 1: rotate pairs),
- * local_window_size (-1: none; W > 0: a query at p sees keys p-W < k <= p).
+ * local_window_size (-1: none; W > 0: a query at p sees keys p-W < k <= p, W keys, as ONNX Runtime's
+ * GroupQueryAttention),
+ * softcap (0: none; c > 0: each scaled score s becomes c * tanh(s / c) before the softmax, as
+ * GroupQueryAttention's softcap), rope_switch_length (0: none; L > 0: LongRoPE, a row whose length
+ * after this step, past + its tokens, exceeds L rotates with the long tables 13/14, the others with
+ * 8/9: the choice onnxruntime-genai's LongRoPE graphs make for a whole batch, made per row).
  *
  * Token t of row r is at position p = past[r] + (t - cu[r]). Its (rotated) key and its value are
  * written to the cache first; then it attends to positions 0..p of its row (the window's part of
@@ -49,7 +58,7 @@ namespace ortops {
 class PagedGroupQueryAttention {
  public:
   static constexpr const char* kName = "PagedGroupQueryAttention";
-  static constexpr size_t kNumInputs = 12;
+  static constexpr size_t kNumInputs = 15;
   static constexpr size_t kNumOutputs = 3;
 
   explicit PagedGroupQueryAttention(const KernelInfo& info);
@@ -62,6 +71,8 @@ class PagedGroupQueryAttention {
   bool do_rotary_;
   bool rotary_interleaved_;
   int window_;  // 0: none
+  float softcap_;  // 0: none
+  int64_t rope_switch_length_;  // 0: one pair of RoPE tables
 };
 
 // The operator is registered twice under its one name: ONNX Runtime picks the kernel by the

@@ -8,6 +8,7 @@
 #include "attention_math.h"
 #include "library_state.h"
 #include "logits_head.h"
+#include "packed_causal_conv.h"
 #include "paged_attention.h"
 #include "quantized_linear.h"
 #include "skip_rms_norm.h"
@@ -30,6 +31,7 @@ OrtStatus* Register(const OrtApi* api, OrtSessionOptions* options) {
                              ortops::OpDescriptor<ortops::SkipRMSNorm>::Get(),
                              ortops::OpDescriptor<ortops::SwiGlu>::Get(),
                              ortops::OpDescriptor<ortops::LogitsHead>::Get(),
+                             ortops::OpDescriptor<ortops::PackedCausalConv>::Get(),
                              ortops::OpDescriptor<ortops::QuantizedLinear>::Get()};
   for (const OrtCustomOp* op : ops) {
     if (OrtStatus* status =

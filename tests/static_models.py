@@ -251,12 +251,14 @@ def _stop_builder(process):
             process.wait()
 
 
-def run_oga_builder(hf_dir, out_dir, *, precision="fp32", provider="cpu", extra=()):
+def run_oga_builder(hf_dir, out_dir, *, precision="fp32", provider="cpu", extra=(), environment=None):
     """python -m onnxruntime_genai.models.builder, offline, in the builder process (the builder is
-    heavy and prints a lot: not in this one; _builder_process). Raises RuntimeError with the tail of
-    its output on failure."""
+    heavy and prints a lot: not in this one; _builder_process). `extra` adds KEY=VALUE pairs to
+    `--extra_options`; `environment` adds variables to this process's environment for the run.
+    Raises RuntimeError with the tail of its output on failure."""
     check_builder_dependencies()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+               **(environment or {}))
     with tempfile.TemporaryDirectory(prefix="oga-builder-cache-") as cache, \
             tempfile.TemporaryDirectory(prefix="oga-builder-log-") as log_dir:
         args = ["-i", os.fspath(hf_dir), "-o", os.fspath(out_dir), "-e", provider, "-p", precision, "-c", cache,
@@ -345,16 +347,18 @@ def build_smollm2(out_dir, max_length=SMOLLM2_MAX_LENGTH, precision="fp32"):
     return _build(out_dir, write_smollm2_checkpoint, max_length, precision)
 
 
-def _cache_root(tmp_path_factory):
+def cache_root(tmp_path_factory, kind="static-models"):
+    """Where a run's builds of `kind` go: $OGA_CACHE_DIR/<kind> (kept across runs) when set, else the
+    pytest session's base temp."""
     root = os.environ.get("OGA_CACHE_DIR")
     if root:
-        return os.path.join(root, "static-models")
-    return str(tmp_path_factory.getbasetemp() / "oga-static-models")
+        return os.path.join(root, kind)
+    return str(tmp_path_factory.getbasetemp() / f"oga-{kind}")
 
 
 def _fixture_build(tmp_path_factory, name, builder):
     try:
-        return builder(os.path.join(_cache_root(tmp_path_factory), f"{name}-v{RECIPE_VERSION}"))
+        return builder(os.path.join(cache_root(tmp_path_factory), f"{name}-v{RECIPE_VERSION}"))
     except (MissingBuilderDependencies, FileNotFoundError) as e:
         pytest.fail(str(e), pytrace=False)
 

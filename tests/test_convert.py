@@ -182,6 +182,24 @@ def _edited(src, dst, edit_model=None, edit_config=None):
     return dst
 
 
+def test_nodes_the_conversion_does_not_know_are_carried(tiny_llama_static_dir, tmp_path):
+    """Every node outside the paged contract's plumbing is carried as it is, whatever its op and the
+    model type: an Erf where the MLP had a Sigmoid, under a model type of its own, converts, keeps the
+    node, and gives what ONNX Runtime gives on the edited original graph."""
+    def erf(model):
+        next(n for n in model.graph.node if n.op_type == "Sigmoid").op_type = "Erf"
+
+    def own_type(config):
+        config["model"]["type"] = "some_new_decoder"
+
+    src = _edited(tiny_llama_static_dir, tmp_path / "erf", edit_model=erf, edit_config=own_type)
+    dst = _converted(src, tmp_path, "paged")
+    after = onnx.load(os.path.join(dst, "model.onnx"), load_external_data=False)
+    assert [n.name for n in after.graph.node if n.op_type == "Erf"] == ["/model/layers.0/mlp/act_fn/Sigmoid"]
+    prompt = [5, 9, 13, 200, 7]
+    assert np.abs(_paged_logits(dst, prompt) - _contiguous_logits(src, prompt)).max() < 1e-4
+
+
 def test_what_cannot_be_converted_is_refused_and_nothing_is_written(tiny_llama_static_dir, tmp_path):
     src = tiny_llama_static_dir
 
@@ -192,24 +210,42 @@ def test_what_cannot_be_converted_is_refused_and_nothing_is_written(tiny_llama_s
         assert not out.exists()
         assert not [p for p in os.listdir(tmp_path) if p.startswith("out")]   # no partial directory either
 
-    def unknown_op(model):
+    def sequence_mixing_op(model):
+        from onnx import helper
         node = next(n for n in model.graph.node if n.op_type == "Sigmoid")
-        node.op_type = "Erf"
+        axis = helper.make_tensor("cumsum_axis", onnx.TensorProto.INT64, [], [1])
+        model.graph.initializer.append(axis)
+        model.graph.node.insert(list(model.graph.node).index(node), helper.make_node(
+            "CumSum", [node.input[0], "cumsum_axis"], ["running_sum"], name="running_sum"))
+        node.input[0] = "running_sum"
 
-    refused(_edited(src, tmp_path / "erf", edit_model=unknown_op),
-            r"node '/model/layers\.0/mlp/act_fn/Sigmoid' \(Erf\) is not an operator of OGA's CPU builds")
+    refused(_edited(src, tmp_path / "cumsum", edit_model=sequence_mixing_op),
+            r"node 'running_sum' \(CumSum\) combines tokens along the sequence")
 
-    def phi(config):
-        config["model"]["type"] = "phi3"
-
-    refused(_edited(src, tmp_path / "phi", edit_config=phi), r"model\.type 'phi3' is not a Llama-family decoder")
-
-    def softcap(model):
+    def attention_bias(model):
         node = next(n for n in model.graph.node if n.op_type == "GroupQueryAttention")
-        next(a for a in node.attribute if a.name == "softcap").f = 30.0
+        while len(node.input) < 11:
+            node.input.append("")
+        node.input[10] = "model.layers.0.input_layernorm.weight"
 
-    refused(_edited(src, tmp_path / "softcap", edit_model=softcap),
-            r"node '/model/layers\.\d/attn/GroupQueryAttention' \(com\.microsoft\.GroupQueryAttention\) has softcap 30")
+    refused(_edited(src, tmp_path / "bias", edit_model=attention_bias),
+            r"node '/model/layers\.0/attn/GroupQueryAttention' \(com\.microsoft\.GroupQueryAttention\) takes an "
+            "attention bias")
+
+    def smooth_softmax(model):
+        from onnx import helper
+        node = next(n for n in model.graph.node if n.op_type == "GroupQueryAttention")
+        node.attribute.append(helper.make_attribute("smooth_softmax", 1))
+
+    refused(_edited(src, tmp_path / "smooth", edit_model=smooth_softmax),
+            r"\(com\.microsoft\.GroupQueryAttention\) has smooth_softmax 1")
+
+    def conv_state(model):
+        model.graph.input.append(onnx.helper.make_tensor_value_info("past_conv.0", onnx.TensorProto.FLOAT,
+                                                                    ["batch_size", 64, 3]))
+
+    refused(_edited(src, tmp_path / "conv", edit_model=conv_state),
+            r"the graph takes inputs the paged contract has no counterpart for: past_conv\.0")
 
     def mask_elsewhere(model):
         from onnx import helper

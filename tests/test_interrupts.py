@@ -266,6 +266,82 @@ def test_exceptions_from_the_executor_keep_their_classification(model, error, co
         engine.run(buffer)
 
 
+class AlarmTimeout(RuntimeError):
+    """What the caller's SIGALRM handler raises (an ordinary exception, as timeout handlers raise)."""
+
+
+def _alarm_timeout(signum, frame):
+    raise AlarmTimeout("the step took too long")
+
+
+class SignalOnce:
+    """A session's run_with_iobinding that raises SIGALRM once (call number `at`, before or after
+    calling through): the caller's handler then runs inside the executor, as it does when the
+    signal arrives while ONNX Runtime runs the step."""
+
+    def __init__(self, function, at=0, after=False):
+        self.function, self.at, self.after, self.calls = function, at, after, 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        if self.calls - 1 == self.at and not self.after:
+            signal.raise_signal(signal.SIGALRM)
+        result = self.function(*args)
+        if self.calls - 1 == self.at:
+            signal.raise_signal(signal.SIGALRM)
+        return result
+
+
+@pytest.fixture
+def alarm_handler():
+    previous = signal.signal(signal.SIGALRM, _alarm_timeout)
+    yield
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("path", ["host", "device"])
+@pytest.mark.parametrize("after", [False, True], ids=["before-the-session-run", "after-the-session-run"])
+@pytest.mark.parametrize("at", [0, 3])  # the first prefill; a decode step
+def test_an_exception_from_the_callers_signal_handler_is_an_interruption(
+        model, device_model, uninterrupted, alarm_handler, path, after, at):
+    """An ordinary exception that the caller's own signal handler raises while engine.run executes
+    the model (a RuntimeError from a SIGALRM timeout) is the caller's, as a KeyboardInterrupt is: the
+    step rolls back, run raises it, the engine and every request carry on."""
+    engine, executor = _open(model if path == "host" else device_model)
+    assert isinstance(executor, executors.DeviceOnnxEngineExecutor) == (path == "device")
+    requests = _begin(engine)
+    buffer = engine.create_event_buffer(64)
+    tokens, engine_events = {}, []
+    for _ in range(at):
+        _collect(engine.run(buffer), tokens, engine_events)
+    before = ogt.engine_counters(engine)
+    executor.session = Session(executor.session, SignalOnce(executor.session.run_with_iobinding, after=after))
+    with pytest.raises(AlarmTimeout, match="the step took too long"):
+        engine.run(buffer)
+    assert len(buffer) == 0
+    ogt.check_invariants(engine)
+    counts = ogt.engine_counters(engine)
+    for name in ("committed_steps", "free_blocks", "resident_requests", "waiting_requests"):
+        assert counts[name] == before[name], name
+    assert counts["rolled_back_steps"] == before["rolled_back_steps"] + 1
+    got, engine_events = _drain(engine, requests, buffer, tokens, engine_events)
+    assert engine_events == [(og.EngineEventFlags.RETRYABLE, og.EngineErrorCode.RETRYABLE_EXECUTION)]
+    assert got == uninterrupted
+
+
+def test_the_same_exception_raised_by_the_executor_itself_stays_fatal(model, alarm_handler):
+    """Only the signal handler's exceptions are the caller's: the executor's own are failures."""
+    engine, executor = _open(model)
+    [request] = _begin(engine, PROMPTS[:1])
+    buffer = engine.create_event_buffer(8)
+    executor.session = Session(executor.session,
+                               Once(executor.session.run_with_iobinding, lambda: AlarmTimeout("not a signal")))
+    [event] = list(engine.run(buffer))
+    assert event.flags & og.EngineEventFlags.FAILED and event.request is request
+    with pytest.raises(RuntimeError, match="no longer healthy. Cause: AlarmTimeout: not a signal"):
+        engine.run(buffer)
+
+
 def test_an_interruption_in_the_executor_outside_the_session_run(model, uninterrupted, monkeypatch):
     """Raised from the executor's own Python code (binding a step), not from ONNX Runtime's."""
     engine, executor = _open(model)
@@ -314,24 +390,39 @@ CALLBACK_MODULES = ("oga.executor.decoder", "oga.executor.host", "oga.executor.d
                     "oga.device_ops", "oga.device")
 
 
-def _interrupt_inside_core_calls(signum, frame):
-    """A SIGALRM handler: signal.default_int_handler (KeyboardInterrupt) whenever the interrupted
-    Python frame runs inside a core call -- the executor or what it calls (ONNX Runtime's Python
-    wrapper, numpy). One that lands in the driving loop's own code is dropped, so the loop's
-    bookkeeping stays exact (keeping a caller's own code safe from a signal storm is the caller's
-    business)."""
+def _inside_core_calls(frame):
+    """Whether the interrupted Python frame runs inside a core call -- the executor or what it calls
+    (ONNX Runtime's Python wrapper, numpy)."""
     f = frame
     while f is not None:
         if f.f_globals.get("__name__") in CALLBACK_MODULES:
-            signal.default_int_handler(signum, frame)
+            return True
         f = f.f_back
+    return False
 
 
-def test_a_sigalrm_storm_over_whole_generations(model, uninterrupted):
-    """setitimer(1 ms) -> KeyboardInterrupt during several whole generations of five requests: the
-    caller catches the interrupts and keeps calling run; every request finishes with exactly the
-    uninterrupted greedy tokens, no event fails, the engine stays healthy."""
-    previous = signal.signal(signal.SIGALRM, _interrupt_inside_core_calls)
+def _interrupt_inside_core_calls(signum, frame):
+    """A SIGALRM handler: signal.default_int_handler (KeyboardInterrupt) whenever the interrupted
+    Python frame runs inside a core call. One that lands in the driving loop's own code is dropped,
+    so the loop's bookkeeping stays exact (keeping a caller's own code safe from a signal storm is
+    the caller's business)."""
+    if _inside_core_calls(frame):
+        signal.default_int_handler(signum, frame)
+
+
+def _timeout_inside_core_calls(signum, frame):
+    """The same storm with an ordinary exception, as a timeout handler raises."""
+    if _inside_core_calls(frame):
+        raise AlarmTimeout("the step took too long")
+
+
+@pytest.mark.parametrize("handler, error", [(_interrupt_inside_core_calls, KeyboardInterrupt),
+                                            (_timeout_inside_core_calls, AlarmTimeout)])
+def test_a_sigalrm_storm_over_whole_generations(model, uninterrupted, handler, error):
+    """setitimer(1 ms) -> KeyboardInterrupt (or the handler's own exception) during several whole
+    generations of five requests: the caller catches them and keeps calling run; every request
+    finishes with exactly the uninterrupted greedy tokens, no event fails, the engine stays healthy."""
+    previous = signal.signal(signal.SIGALRM, handler)
     interrupts = generations = retries = runs = 0
     deadline = time.monotonic() + 8.0
     try:
@@ -348,7 +439,7 @@ def test_a_sigalrm_storm_over_whole_generations(model, uninterrupted):
                     runs += 1
                     try:
                         engine.run(buffer)
-                    except KeyboardInterrupt:
+                    except error:
                         interrupts += 1
                         assert len(buffer) == 0  # an interrupted Run delivers nothing
                         continue
@@ -505,3 +596,92 @@ def test_an_interrupted_tokenizer_fails_a_guided_turn_without_effect(text_model_
     assert request.begin_turn([5, 6, 7], options) == 1
     tokens, events = _drain(engine, [request], engine.create_event_buffer(8))
     assert events == [] and tokens[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Ctrl-C during a process's first og.Model (onnxruntime's first import happens inside it)
+# ---------------------------------------------------------------------------------------------
+
+# The child: reports "loading", loads the model (its first og.Model: onnxruntime is imported inside
+# it), then waits for an interrupt that came after the load; then loads it again and runs an engine
+# on it. One JSON line: where the interrupt landed, and what the retry did (and the seconds of an
+# uninterrupted load).
+_FIRST_LOAD = r"""
+import json, sys, time
+import oga as og
+
+path, interrupted = sys.argv[1], sys.argv[2] == "interrupted"
+print("loading", flush=True)
+start = time.perf_counter()
+outcome = "in og.Model"
+try:
+    og.Model(path)
+    outcome, seconds = "after the load", time.perf_counter() - start
+    time.sleep(30 if interrupted else 0)  # where an interrupt later than the load lands
+except KeyboardInterrupt:
+    pass
+except BaseException as error:
+    outcome = f"{type(error).__name__}: {error}"
+try:
+    engine = og.Engine(og.Model(path))
+    request = engine.create_request()
+    options = og.TurnOptions(request)
+    options.set_max_generated_tokens(2)
+    request.begin_turn([5, 9, 13], options)
+    buffer = engine.create_event_buffer(4)
+    tokens = 0
+    while engine.has_pending_requests():
+        tokens += sum(1 for e in engine.run(buffer) if e.flags & og.EngineEventFlags.TOKEN)
+    retry = f"{tokens} tokens"
+except BaseException as error:
+    retry = f"{type(error).__name__}: {error}"
+print(json.dumps({"outcome": outcome, "seconds": None if interrupted else seconds, "retry": retry}), flush=True)
+"""
+
+
+def _first_load(model_dir, delay):
+    """A fresh process whose first og.Model gets SIGINT (Ctrl-C) `delay` seconds after it starts
+    (None: no signal); its JSON report."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from helpers import subprocess_env
+
+    env = subprocess_env()
+    env.pop("OGA_EXECUTOR", None)  # the default (native) executor, as a user runs it
+    child = subprocess.Popen([sys.executable, "-c", _FIRST_LOAD, model_dir,
+                              "calm" if delay is None else "interrupted"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert child.stdout.readline() == "loading\n", child.stderr.read()
+        if delay is not None:
+            time.sleep(delay)
+            child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_ctrl_c_during_the_first_model_load_raises_keyboardinterrupt_and_the_next_load_works(model_dir):
+    """onnxruntime's first import runs inside the first og.Model; a Ctrl-C that cut it half-way
+    made og.Model raise "initialization failed" and left its types half-registered, so no later
+    load could work ("generic_type: type ... is already registered!"). Over delays that spread
+    across the whole first load, every trial ends with KeyboardInterrupt (in og.Model, or after it
+    when the load was quicker than the delay) and a retry that loads and runs the model."""
+    calm = _first_load(model_dir, None)
+    assert calm["retry"] == "2 tokens", calm
+    duration = calm["seconds"]
+    delays = [duration * i / 12 for i in range(12)]
+    trials = [(delay, _first_load(model_dir, delay)) for delay in delays]
+    for delay, trial in trials:
+        assert trial["outcome"] in ("in og.Model", "after the load"), (delay, trial)
+        assert trial["retry"] == "2 tokens", (delay, trial)
+    interrupted = sum(trial["outcome"] == "in og.Model" for _, trial in trials)
+    print(f"first load {duration * 1e3:.0f} ms; {interrupted} of {len(trials)} interrupts landed in og.Model")
+    assert interrupted >= len(trials) // 3, trials  # the delays reach into the load, however loaded the machine

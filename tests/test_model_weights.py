@@ -258,7 +258,10 @@ def test_interface_fields():
         "architecture", "vocab_size", "hidden_size", "intermediate_size", "num_layers",
         "num_heads", "num_kv_heads", "head_dim", "rope_theta", "rope_scaling", "rms_norm_eps",
         "context_length", "tie_word_embeddings", "qkv_bias", "sliding_window", "bos_token_id",
-        "eos_token_ids", "pad_token_id", "sliding_window_layers", "layer_types", "conv_kernel"]
+        "eos_token_ids", "pad_token_id", "sliding_window_layers", "layer_types", "conv_kernel",
+        "norm_offset", "activation", "qk_norm", "output_norms", "embedding_multiplier", "residual_multiplier",
+        "attention_scale", "attention_softcap", "final_softcap", "logits_multiplier", "rotary_dim",
+        "local_rope_theta"]
     assert [f.name for f in dataclasses.fields(LoadedModel)] == [
         "spec", "weights", "tokenizer_json", "tokenizer_config", "blocks"]
 

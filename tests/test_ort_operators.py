@@ -55,7 +55,8 @@ def test_the_library_registers_the_oga_domain_and_picks_its_loops():
 # PagedGroupQueryAttention
 
 def _attention_session(heads, kv_heads, head_dim, block_size, packed=True, rotary=True, window=-1, interleaved=0,
-                       offsets=False, threads=2, name="attention", fixed_cache_shape=True, half_cache=False):
+                       offsets=False, threads=2, name="attention", fixed_cache_shape=True, half_cache=False,
+                       softcap=0.0, sink=False, rope_switch=0):
     inputs = [_value("query", TensorProto.FLOAT, ["N", "W"])]
     names = ["query", "", ""]
     if not packed:
@@ -68,16 +69,23 @@ def _attention_session(heads, kv_heads, head_dim, block_size, packed=True, rotar
     inputs += [_value("table", TensorProto.INT32, ["B", "M"]), _value("cu", TensorProto.INT32, ["B1"]),
                _value("past", TensorProto.INT32, ["B"])]
     names += ["kc", "vc", "table", "cu", "past"]
-    if rotary or offsets:
+    if rotary or offsets or sink or rope_switch:
         inputs += [_value("cos", TensorProto.FLOAT, ["P", "R"]), _value("sin", TensorProto.FLOAT, ["P", "R"])]
         names += ["cos", "sin"] if rotary else ["", ""]
-    if offsets:
+    if offsets or sink or rope_switch:
         inputs += [_value("offset_input", TensorProto.FLOAT, ["N", "K"]),
-                   _value("offset_weights", TensorProto.FLOAT16, ["KB", "W"])]
-        names += ["offset_input", "offset_weights"]
+                   _value("offset_weights", TensorProto.FLOAT16, ["KB", "W"])] if offsets else []
+        names += ["offset_input", "offset_weights"] if offsets else ["", ""]
+    if sink or rope_switch:
+        inputs += [_value("sink", TensorProto.FLOAT, [heads])] if sink else []
+        names.append("sink" if sink else "")
+    if rope_switch:
+        inputs += [_value("cos_long", TensorProto.FLOAT, ["P", "R"]), _value("sin_long", TensorProto.FLOAT, ["P", "R"])]
+        names += ["cos_long", "sin_long"]
     node = helper.make_node("PagedGroupQueryAttention", names, ["out", "pk", "pv"], name=name, domain="oga",
                             num_heads=heads, kv_num_heads=kv_heads, do_rotary=int(rotary),
-                            local_window_size=window, rotary_interleaved=interleaved)
+                            local_window_size=window, rotary_interleaved=interleaved, softcap=float(softcap),
+                            rope_switch_length=int(rope_switch))
     outputs = [_value("out", TensorProto.FLOAT, ["N", heads * head_dim])] + [
         _value(n, cache_type, cache) for n in ("pk", "pv")]
     return _session([node], inputs, outputs, threads=threads)
@@ -97,10 +105,12 @@ def _rope(x, positions, cos, sin, interleaved):
 
 
 def _attention_reference(q, k, v, key_cache, value_cache, table, cu, past, cos, sin, heads, kv_heads, window,
-                         interleaved):
+                         interleaved, softcap=0.0, sink=None, long_rope=None):
     """Token t of row r at position p = past[r] + t - cu[r] writes its (rotated) key and value to
     block table[r][p // block_size], slot p % block_size, then attends to positions 0..p of its row
-    (the last `window` of them when windowed), in float64."""
+    (the last `window` of them when windowed), in float64; scores capped by softcap * tanh(s /
+    softcap), and head h's sink logit in each softmax's denominator. long_rope (switch, cos, sin):
+    the rows longer than `switch` after the step rotate with those tables."""
     key_cache, value_cache = key_cache.copy(), value_cache.copy()
     block_size, D = key_cache.shape[1], key_cache.shape[3]
     group = heads // kv_heads
@@ -110,7 +120,13 @@ def _attention_reference(q, k, v, key_cache, value_cache, table, cu, past, cos, 
     row_of = np.repeat(np.arange(len(past)), np.diff(cu))
     positions = past[row_of] + np.arange(n) - cu[row_of]
     if cos is not None:
-        q, k = _rope(q, positions, cos, sin, interleaved), _rope(k, positions, cos, sin, interleaved)
+        rotated_q, rotated_k = _rope(q, positions, cos, sin, interleaved), _rope(k, positions, cos, sin, interleaved)
+        if long_rope is not None:
+            switch, cos_long, sin_long = long_rope
+            long_rows = (past + np.diff(cu) > switch)[row_of]
+            rotated_q[long_rows] = _rope(q, positions, cos_long, sin_long, interleaved)[long_rows]
+            rotated_k[long_rows] = _rope(k, positions, cos_long, sin_long, interleaved)[long_rows]
+        q, k = rotated_q, rotated_k
     k, v = k.astype(key_cache.dtype), v.astype(value_cache.dtype)        # a float16 cache rounds them
     for t in range(n):
         r, p = row_of[t], positions[t]
@@ -124,15 +140,21 @@ def _attention_reference(q, k, v, key_cache, value_cache, table, cu, past, cos, 
         values = np.stack([value_cache[table[r, x // block_size], x % block_size] for x in seen]).astype(np.float64)
         for h in range(heads):
             scores = keys[:, h // group] @ q[t, h] / np.sqrt(D)
-            weights = np.exp(scores - scores.max())
-            out[t, h] = (weights / weights.sum()) @ values[:, h // group]
+            if softcap:
+                scores = softcap * np.tanh(scores / softcap)
+            top = scores.max() if sink is None else max(scores.max(), sink[h])
+            weights = np.exp(scores - top)
+            denominator = weights.sum() + (0.0 if sink is None else np.exp(sink[h] - top))
+            out[t, h] = (weights / denominator) @ values[:, h // group]
     return out.reshape(n, heads * D), key_cache, value_cache
 
 
 def _attention_case(rng, heads, kv_heads, D, block_size, query_lengths, pasts, packed=True, rotary=True, window=-1,
-                    interleaved=0, alias=True, offsets=False, threads=2, half_cache=False):
+                    interleaved=0, alias=True, offsets=False, threads=2, half_cache=False, softcap=0.0, sink=None,
+                    rotary_dims=None, rope_switch=0):
     session = _attention_session(heads, kv_heads, D, block_size, packed, rotary, window, interleaved, offsets,
-                                 threads, half_cache=half_cache)
+                                 threads, half_cache=half_cache, softcap=softcap, sink=sink is not None,
+                                 rope_switch=rope_switch)
     cache_dtype = np.float16 if half_cache else np.float32
     cu = np.concatenate([[0], np.cumsum(query_lengths)]).astype(np.int32)
     n = int(cu[-1])
@@ -146,9 +168,18 @@ def _attention_case(rng, heads, kv_heads, D, block_size, query_lengths, pasts, p
     k = rng.standard_normal((n, kv_heads * D)).astype(np.float32)
     v = rng.standard_normal((n, kv_heads * D)).astype(np.float32)
     positions = max(p + q for p, q in zip(pasts, query_lengths)) + 5
-    angles = np.arange(positions)[:, None] / 10000.0 ** (np.arange(0, D, 2) / D)[None, :]
+    R = rotary_dims or D   # partial rotary: the first R dimensions rotate, the rest pass through
+    angles = np.arange(positions)[:, None] / 10000.0 ** (np.arange(0, R, 2) / R)[None, :]
     cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
     feeds = {"table": table, "cu": cu, "past": past}
+    if sink is not None:
+        sink = np.asarray(sink, np.float32)
+        feeds["sink"] = sink
+    long_rope = None
+    if rope_switch:
+        long_angles = angles / 4.0 + 0.1      # any other table: the rows past the switch must use it
+        long_rope = (rope_switch, np.cos(long_angles).astype(np.float32), np.sin(long_angles).astype(np.float32))
+        feeds.update(cos_long=long_rope[1], sin_long=long_rope[2])
     if packed:
         feeds["query"] = np.concatenate([q, k, v], axis=1)
     else:
@@ -164,7 +195,7 @@ def _attention_case(rng, heads, kv_heads, D, block_size, query_lengths, pasts, p
         q, k, v = np.split(corrected, [heads * D, (heads + kv_heads) * D], axis=1)
     expected, expected_k, expected_v = _attention_reference(
         q, k, v, key_cache, value_cache, table, cu, past, cos if rotary else None, sin, heads, kv_heads, window,
-        interleaved)
+        interleaved, softcap, sink, long_rope)
     kc, vc = key_cache.copy(), value_cache.copy()
     binding = session.io_binding()
     for name, array in feeds.items():
@@ -220,6 +251,22 @@ ATTENTION_CASES = {
                           offsets=True),
     "one-thread": dict(heads=9, kv_heads=3, D=64, block_size=16, query_lengths=[5, 1, 20], pasts=[30, 900, 17],
                        threads=1),
+    "partial-rotary": dict(heads=8, kv_heads=2, D=64, block_size=8, query_lengths=[7, 1, 19], pasts=[40, 90, 3],
+                           rotary_dims=48),
+    "partial-interleaved": dict(heads=4, kv_heads=2, D=32, block_size=8, query_lengths=[7, 1], pasts=[40, 90],
+                                interleaved=1, rotary_dims=16),
+    "softcap": dict(heads=8, kv_heads=2, D=32, block_size=8, query_lengths=[7, 1, 19, 1], pasts=[40, 90, 3, 1500],
+                    softcap=0.7),
+    # sink logits above, within and below the scores' range; a long decode row merges key chunks
+    "sink": dict(heads=4, kv_heads=2, D=32, block_size=8, query_lengths=[7, 1, 19, 1], pasts=[40, 90, 3, 1500],
+                 sink=[9.0, 0.5, -0.3, -40.0]),
+    # rows ending at, just past and far past the switch (past + tokens vs 45), prefill and decode
+    "long-rope": dict(heads=4, kv_heads=2, D=32, block_size=8, query_lengths=[5, 1, 6, 1, 30],
+                      pasts=[40, 44, 40, 45, 0], rope_switch=45),
+    "long-rope-interleaved-partial": dict(heads=4, kv_heads=2, D=32, block_size=8, query_lengths=[5, 1, 6],
+                                          pasts=[40, 44, 40], rope_switch=45, interleaved=1, rotary_dims=16),
+    "sink-window-softcap": dict(heads=4, kv_heads=2, D=32, block_size=8, query_lengths=[7, 1, 19, 1],
+                                pasts=[40, 90, 3, 1500], sink=[2.0, 0.5, -0.3, -4.0], window=12, softcap=1.5),
 }
 
 
@@ -235,6 +282,71 @@ def test_attention_copies_the_cache_when_present_is_not_bound_to_past(cache):
     _attention_case(np.random.default_rng(1), 9, 3, 64, 16, [5, 1], [30, 300], alias=False,
                     half_cache=cache == "float16")
 
+
+
+def _group_query_attention_session(heads, kv_heads, D, window, softcap, sink, interleaved):
+    """ONNX Runtime's own com.microsoft.GroupQueryAttention over contiguous caches [1, kv_heads, past, D]."""
+    names = ["query", "key", "value", "past_key", "past_value", "seqlens_k", "total_length", "cos", "sin"]
+    inputs = [_value("query", TensorProto.FLOAT, [1, "S", heads * D]),
+              _value("key", TensorProto.FLOAT, [1, "S", kv_heads * D]),
+              _value("value", TensorProto.FLOAT, [1, "S", kv_heads * D]),
+              _value("past_key", TensorProto.FLOAT, [1, kv_heads, "P", D]),
+              _value("past_value", TensorProto.FLOAT, [1, kv_heads, "P", D]),
+              _value("seqlens_k", TensorProto.INT32, [1]), _value("total_length", TensorProto.INT32, []),
+              _value("cos", TensorProto.FLOAT, ["M", "R"]), _value("sin", TensorProto.FLOAT, ["M", "R"])]
+    if sink is not None:
+        names += ["", "", "sink"]
+        inputs.append(_value("sink", TensorProto.FLOAT, [heads]))
+    node = helper.make_node("GroupQueryAttention", names, ["out", "present_key", "present_value"],
+                            domain="com.microsoft", num_heads=heads, kv_num_heads=kv_heads, do_rotary=1,
+                            rotary_interleaved=interleaved, local_window_size=window, softcap=float(softcap))
+    outputs = [_value("out", TensorProto.FLOAT, [1, "S", heads * D]),
+               _value("present_key", TensorProto.FLOAT, [1, kv_heads, "T", D]),
+               _value("present_value", TensorProto.FLOAT, [1, kv_heads, "T", D])]
+    graph = helper.make_graph([node], "gqa", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("window, softcap, sink, interleaved, rotary_dims", [
+    (-1, 0.0, None, 0, 32), (5, 0.0, None, 0, 32), (5, 0.0, None, 0, 16), (-1, 0.8, None, 1, 32),
+    (-1, 0.0, [3.0, 0.2, -0.5, -6.0], 0, 32), (6, 1.2, [1.0, 0.2, -0.5, -2.0], 1, 16)])
+def test_attention_matches_onnx_runtime_group_query_attention(math, window, softcap, sink, interleaved, rotary_dims):
+    """A converted graph must give the tokens ONNX Runtime's GroupQueryAttention gives: one sequence
+    through both operators, a prompt then decode steps, with a window (local_window_size w: w keys in
+    both), softcap, head sinks, interleaved and partial rotary."""
+    heads, kv_heads, D, block_size = 4, 2, 32, 4
+    rng = np.random.default_rng(window + 7 * int(softcap * 10) + rotary_dims)
+    gqa = _group_query_attention_session(heads, kv_heads, D, window, softcap, sink, interleaved)
+    paged = _attention_session(heads, kv_heads, D, block_size, packed=False, window=window,
+                               interleaved=interleaved, softcap=softcap, sink=sink is not None)
+    lengths = [9, 1, 1, 4, 1]
+    total = sum(lengths)
+    angles = np.arange(total + 4)[:, None] / 10000.0 ** (np.arange(0, rotary_dims, 2) / rotary_dims)[None, :]
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    blocks = -(-total // block_size)
+    table = rng.permutation(blocks + 2)[:blocks].reshape(1, blocks).astype(np.int32)
+    kc = np.zeros((blocks + 2, block_size, kv_heads, D), np.float32)
+    vc = np.zeros_like(kc)
+    past_key = np.zeros((1, kv_heads, 0, D), np.float32)
+    past_value = np.zeros_like(past_key)
+    extra = {} if sink is None else {"sink": np.asarray(sink, np.float32)}
+    done = 0
+    for n in lengths:
+        q = rng.standard_normal((n, heads * D)).astype(np.float32)
+        k = rng.standard_normal((n, kv_heads * D)).astype(np.float32)
+        v = rng.standard_normal((n, kv_heads * D)).astype(np.float32)
+        expected, past_key, past_value = gqa.run(None, dict(
+            query=q[None], key=k[None], value=v[None], past_key=past_key, past_value=past_value,
+            seqlens_k=np.array([done + n - 1], np.int32), total_length=np.array(done + n, np.int32),
+            cos=cos, sin=sin, **extra))
+        out, kc, vc = paged.run(None, dict(query=q, key=k, value=v, kc=kc, vc=vc, table=table,
+                                           cu=np.array([0, n], np.int32), past=np.array([done], np.int32),
+                                           cos=cos, sin=sin, **extra))
+        assert np.abs(out - expected[0]).max() < 1e-4, (done, n)
+        done += n
 
 def _run_attention(session, **feeds):
     return session.run(None, feeds)
@@ -427,3 +539,80 @@ def test_logits_head_errors():
     with pytest.raises(Exception, match=r"oga\.LogitsHead node 'lm': weight must be a constant initializer"):
         _session([node], [_value("x", TensorProto.FLOAT, ["R", 8]), _value("weight", TensorProto.FLOAT, [40, 8])],
                  [_value("logits", TensorProto.FLOAT, ["R", 40])])
+
+
+# ------------------------------------------------------------------------------------------------
+# PackedCausalConv
+
+def _causal_conv_with_state_session(activation):
+    """ONNX Runtime's own com.microsoft.CausalConvWithState (one sequence per batch row)."""
+    inputs = [_value("x", TensorProto.FLOAT, [1, "C", "L"]), _value("w", TensorProto.FLOAT, ["C", 1, "K"]),
+              _value("b", TensorProto.FLOAT, ["C"]), _value("state", TensorProto.FLOAT, [1, "C", "S"])]
+    node = helper.make_node("CausalConvWithState", ["x", "w", "b", "state"], ["y", "present"], domain="com.microsoft",
+                            ndim=1, activation=activation)
+    outputs = [_value("y", TensorProto.FLOAT, [1, "C", "L"]), _value("present", TensorProto.FLOAT, [1, "C", "S"])]
+    graph = helper.make_graph([node], "conv", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def _packed_conv_session(silu, bias=True):
+    inputs = [_value("x", TensorProto.FLOAT, [1, "C", "N"]), _value("w", TensorProto.FLOAT, ["C", 1, "K"])]
+    inputs += [_value("b", TensorProto.FLOAT, ["C"])] if bias else []
+    inputs += [_value("state", TensorProto.FLOAT, ["B", "C", "S"]), _value("cu", TensorProto.INT32, ["B1"])]
+    node = helper.make_node("PackedCausalConv", ["x", "w", "b" if bias else "", "state", "cu"], ["y", "present"],
+                            domain="oga", name="conv", silu=int(silu))
+    outputs = [_value("y", TensorProto.FLOAT, [1, "C", "N"]), _value("present", TensorProto.FLOAT, ["B", "C", "S"])]
+    return _session([node], inputs, outputs)
+
+
+@pytest.mark.parametrize("silu", [False, True])
+@pytest.mark.parametrize("lengths, taps", [([5, 1, 0, 12, 1], 3), ([1], 4), ([7, 2], 1), ([40, 3, 1], 5)])
+def test_packed_causal_conv_matches_onnx_runtime_per_row(silu, lengths, taps):
+    """Each packed row, convolved from its own state, gives what ONNX Runtime's CausalConvWithState
+    gives for that row alone, outputs and new state; a row without tokens keeps its state; the state
+    updates in place when present is bound to past."""
+    rng = np.random.default_rng(sum(lengths) * taps + silu)
+    channels = 24
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    x = rng.standard_normal((1, channels, int(cu[-1]))).astype(np.float32)
+    w = rng.standard_normal((channels, 1, taps)).astype(np.float32)
+    b = rng.standard_normal(channels).astype(np.float32)
+    state = rng.standard_normal((len(lengths), channels, taps - 1)).astype(np.float32)
+    reference = _causal_conv_with_state_session("silu" if silu else "none")
+    packed = _packed_conv_session(silu)
+    in_place = state.copy()
+    binding = packed.io_binding()
+    for name, array in (("x", x), ("w", w), ("b", b), ("state", in_place), ("cu", cu)):
+        binding.bind_cpu_input(name, array)
+    y = np.zeros_like(x)
+    binding.bind_output("y", "cpu", 0, np.float32, list(y.shape), y.ctypes.data)
+    binding.bind_output("present", "cpu", 0, np.float32, list(in_place.shape), in_place.ctypes.data)
+    packed.run_with_iobinding(binding)
+    copied_y, copied_present = packed.run(None, {"x": x, "w": w, "b": b, "state": state, "cu": cu})
+    for r, (begin, end) in enumerate(zip(cu[:-1], cu[1:])):
+        if end == begin:
+            assert np.array_equal(in_place[r], state[r]) and np.array_equal(copied_present[r], state[r])
+            continue
+        want_y, want_state = reference.run(None, {"x": x[:, :, begin:end], "w": w, "b": b, "state": state[r:r + 1]})
+        assert np.abs(y[:, :, begin:end] - want_y).max() < 1e-5
+        assert np.abs(copied_y[:, :, begin:end] - want_y).max() < 1e-5
+        assert np.array_equal(in_place[r], want_state[0]) and np.array_equal(copied_present[r], want_state[0])
+
+
+def test_packed_causal_conv_errors():
+    session = _packed_conv_session(False, bias=False)
+    x, w = np.zeros((1, 4, 3), np.float32), np.zeros((4, 1, 3), np.float32)
+    state, cu = np.zeros((2, 4, 2), np.float32), np.array([0, 1, 3], np.int32)
+    session.run(None, {"x": x, "w": w, "state": state, "cu": cu})
+    with pytest.raises(Exception, match=r"PackedCausalConv.*past_state \[2, 4, 3\] must be \[batch_size, 4, 2\]"):
+        session.run(None, {"x": x, "w": w, "state": np.zeros((2, 4, 3), np.float32), "cu": cu})
+    with pytest.raises(Exception, match=r"cumulative_sequence_lengths must end at num_tokens \(3\), got 2"):
+        session.run(None, {"x": x, "w": w, "state": state, "cu": np.array([0, 1, 2], np.int32)})
+    with pytest.raises(Exception, match=r"cumulative_sequence_lengths \[2\] must have batch_size \+ 1 \(3\) entries"):
+        session.run(None, {"x": x, "w": w, "state": state, "cu": np.array([0, 3], np.int32)})
+    with pytest.raises(Exception, match=r"weight \[4, 1, 3\] must be \[5, 1, kernel_size\]"):
+        session.run(None, {"x": np.zeros((1, 5, 3), np.float32), "w": w, "state": np.zeros((2, 5, 2), np.float32),
+                           "cu": cu})

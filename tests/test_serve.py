@@ -14,7 +14,7 @@ import time
 import openai
 import pytest
 
-from model_dirs import serve_model_dir
+from model_dirs import VOCAB_SIZE, serve_model_dir
 from serve_process import ServeProcess, metric
 
 MODEL = "serve-model"
@@ -186,6 +186,145 @@ def test_completions_default_to_16_tokens(server):
 
     response = asyncio.run(asyncio.wait_for(ask(), 60))
     assert response.usage.completion_tokens == 16 and response.choices[0].finish_reason == "length"
+
+
+def _post_raw(server, path, body: bytes, timeout=30.0):
+    """(status, headers, body bytes) of a POST with `body` sent as is (JSON escapes included)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(server.base_url + path, data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+CHAT_HI = '"messages": [{"role": "user", "content": "Hi"}]'
+# JSON bodies whose \ud800 / \udfff escapes decode to lone UTF-16 surrogates wherever a client's text
+# can go, error messages that echo it included.
+SURROGATE_BODIES = [
+    ("/v1/chat/completions", '{"model": "\\ud800", %s}' % CHAT_HI),
+    ("/v1/chat/completions", '{"model": "%s", "\\ud800": 1, %s}' % (MODEL, CHAT_HI)),
+    ("/v1/chat/completions", '{"model": "%s", "messages": [{"role": "user", "content": "Hi", "\\udfff": 1}]}' % MODEL),
+    ("/v1/chat/completions", '{"model": "%s", "messages": [{"role": "user", "content": "Hi \\ud800"}]}' % MODEL),
+    ("/v1/chat/completions", '{"model": "%s", "messages": [{"role": "\\ud800", "content": "Hi"}]}' % MODEL),
+    ("/v1/chat/completions", '{"model": "%s", "messages": [{"role": "user", "content": [{"type": "\\ud800"}]}]}'
+     % MODEL),
+    ("/v1/chat/completions", '{"model": "%s", %s, "stop": ["\\ud800"]}' % (MODEL, CHAT_HI)),
+    ("/v1/chat/completions", '{"model": "%s", %s, "response_format": {"type": "\\ud800"}}' % (MODEL, CHAT_HI)),
+    ("/v1/chat/completions", '{"model": "%s", %s, "response_format": {"type": "json_schema", "json_schema": '
+     '{"name": "\\ud800", "schema": {"type": "object", "properties": {"\\ud800": {"type": "string"}}}}}}'
+     % (MODEL, CHAT_HI)),
+    ("/v1/chat/completions", '{"model": "%s", %s, "stream": true, "stream_options": {"\\ud800": 1}}' % (MODEL, CHAT_HI)),
+    ("/v1/completions", '{"model": "\\ud800", "prompt": "Hi"}'),
+    ("/v1/completions", '{"model": "%s", "prompt": "\\ud800"}' % MODEL),
+    ("/v1/completions", '{"model": "%s", "prompt": "Hi", "\\ud800\\udfff": null}' % MODEL),
+]
+
+
+@pytest.mark.parametrize("path, body", SURROGATE_BODIES)
+def test_lone_surrogates_are_answered_4xx_with_an_escaped_error(server, path, body):
+    status, headers, raw = _post_raw(server, path, body.encode("ascii"))
+    assert status in (400, 404), (status, raw)
+    assert headers["content-type"] == "application/json"
+    error = json.loads(raw)["error"]
+    assert error["type"] == "invalid_request_error" and error["message"]
+
+
+def _text_of(response):
+    return response.choices[0].text
+
+
+def test_standard_openai_fields_that_ask_for_nothing_more_are_accepted(server):
+    """The `user` field and the other account-side or hint fields of OpenAI's schema, at any value,
+    change nothing in a greedy answer; a top_k beyond the vocabulary is the whole vocabulary."""
+    messages = [{"role": "user", "content": "Hello"}]
+
+    async def ask():
+        async with _client(server) as client:
+            plain = await client.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, temperature=0)
+            decorated = await client.chat.completions.create(
+                model=MODEL, messages=messages, max_tokens=8, temperature=0, user="user-1234",
+                safety_identifier="hash", metadata={"team": "a"}, prompt_cache_key="k", prompt_cache_retention="24h",
+                service_tier="auto", parallel_tool_calls=False, store=False, n=1, reasoning_effort="none",
+                verbosity="medium", prediction={"type": "content", "content": "Hello"})
+            completion = await client.completions.create(model=MODEL, prompt="Hello", max_tokens=8, temperature=0,
+                                                         user="user-1234")
+            plain_completion = await client.completions.create(model=MODEL, prompt="Hello", max_tokens=8,
+                                                               temperature=0)
+            whole = await client.completions.create(model=MODEL, prompt="Hello", max_tokens=8, seed=3,
+                                                    extra_body={"top_k": VOCAB_SIZE})
+            beyond = [await client.completions.create(model=MODEL, prompt="Hello", max_tokens=8, seed=3,
+                                                      extra_body={"top_k": top_k})
+                      for top_k in (VOCAB_SIZE + 1, 2 ** 31, 10 ** 30)]
+            return plain, decorated, completion, plain_completion, whole, beyond
+
+    plain, decorated, completion, plain_completion, whole, beyond = asyncio.run(asyncio.wait_for(ask(), 60))
+    assert decorated.choices[0].message.content == plain.choices[0].message.content
+    assert _text_of(completion) == _text_of(plain_completion)
+    assert [_text_of(b) for b in beyond] == [_text_of(whole)] * 3
+
+
+def test_a_stop_string_holding_nul_ends_the_answer_before_it(server):
+    """The engine takes stop strings as C strings; one with a NUL character is matched by the server,
+    which ends the turn there as the engine would (same text streamed or not, finish_reason stop,
+    the usage of the tokens up to it). The random model writes a NUL now and then: the first of 32
+    seeds that does is the case."""
+    def ask(client, seed, **extra):
+        return client.completions.create(model=MODEL, prompt="hello", max_tokens=64, temperature=2.0, seed=seed,
+                                         **extra)
+
+    async def run():
+        async with _client(server) as client:
+            for seed in range(32):
+                text = _text_of(await ask(client, seed))
+                at = text.find("\0")
+                if at > 0:
+                    break
+            else:
+                raise AssertionError("no answer of 32 seeds holds a NUL character")
+            stop = text[at - 1:at + 1]
+            stopped = await ask(client, seed, stop=[stop, "never \0 written"])
+            chunks = [c async for c in await ask(client, seed, stop=[stop], stream=True,
+                                                  stream_options={"include_usage": True})]
+            full = await ask(client, seed)
+            return text, stop, stopped, chunks, full
+
+    text, stop, stopped, chunks, full = asyncio.run(asyncio.wait_for(run(), 120))
+    assert _text_of(stopped) == text[:text.index(stop)]
+    assert stopped.choices[0].finish_reason == "stop"
+    assert 1 <= stopped.usage.completion_tokens < full.usage.completion_tokens
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == _text_of(stopped)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].usage == stopped.usage
+
+
+def test_a_client_that_drops_mid_upload_costs_one_log_line(server):
+    """starlette's ClientDisconnect while the body is read: one line in the log, no traceback, and
+    the server carries on."""
+    import socket
+
+    before = server.output()
+    before_cancelled = metric(server.metrics(), "oga_requests_total", route="chat", outcome="cancelled")
+    host, port = server.base_url.rsplit("/", 1)[1].split(":")
+    for _ in range(3):
+        with socket.create_connection((host, int(port)), timeout=10) as connection:
+            connection.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                               b"Content-Length: 1000\r\n\r\n{\"model\": \"serve")
+            time.sleep(0.2)
+    deadline = time.monotonic() + 10
+    while metric(server.metrics(), "oga_requests_total", route="chat", outcome="cancelled") < before_cancelled + 3:
+        assert time.monotonic() < deadline, server.output()[len(before):]
+        time.sleep(0.05)
+    logged = server.output()[len(before):]
+    assert "Traceback" not in logged, logged
+    lines = [line for line in logged.splitlines() if line.strip()]
+    assert lines == ["oga serve: the client of POST /v1/chat/completions went away before its request body was "
+                     "complete"] * 3, logged
+    status, _, body = server.get("/health")
+    assert status == 200
 
 
 def test_full_waiting_queue_answers_503_with_retry_after(model_dir, tmp_path):

@@ -429,8 +429,9 @@ def test_build_writes_what_the_engine_needs(ring_dirs, graph):
 
 def test_build_refuses_inconsistent_window_options(tmp_path):
     spec = ring_spec(3, (1,), 8)
-    with pytest.raises(ValueError, match=r"sliding-window ring layers \[1\] need chunk_size"):
-        build(None, str(tmp_path / "a"), random_spec=spec, block_size=BLOCK)
+    # without a chunk_size the ring is sized for max_scheduled_tokens per request and step
+    out = build(None, str(tmp_path / "default"), random_spec=spec, block_size=BLOCK, max_scheduled_tokens=24)
+    assert json.load(open(os.path.join(out, "genai_config.json")))["search"]["chunk_size"] == 24
     with pytest.raises(ValueError, match="chunk_size must be > 0"):
         build(None, str(tmp_path / "a"), random_spec=spec, block_size=BLOCK, chunk_size=0)
     for layers, match in (([0, 1, 2], "at least one layer that keeps the whole sequence"),
@@ -461,5 +462,5 @@ def test_cli_builds_a_ring_model(tmp_path, capsys):
     assert config["model"]["decoder"]["sliding_window"] == {"window_size": 8, "layers": [0, 2]}
     assert config["search"]["chunk_size"] == 4
     assert cli_main(["build", "--random", "--layers", "3", "--output", str(tmp_path / "x"),
-                     "--sliding-window", "8", "--sliding-window-layers", "1"]) == 2
-    assert "need chunk_size" in capsys.readouterr().err
+                     "--sliding-window", "8", "--sliding-window-layers", "1"]) == 0
+    assert json.load(open(tmp_path / "x" / "genai_config.json"))["search"]["chunk_size"] == 512

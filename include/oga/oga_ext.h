@@ -150,7 +150,8 @@ typedef struct OgaExtStepInputs {
 
 /* One step of a static (contiguous-cache) batch: every resident row takes part, right-padded.
  * Row r's cache holds attention_mask[r] ones worth of tokens after the step; the logits it needs
- * are those of position logits_positions[r] of its query. Valid only during execute_static. */
+ * are those of position logits_positions[r] of its query, and its real tokens are the first
+ * logits_positions[r] + 1 of its query. Valid only during execute_static. */
 typedef struct OgaExtStaticStepInputs {
   size_t batch_size;
   size_t sequence_length;        /* query tokens per row (prefill: longest prompt; decode: 1) */
@@ -158,6 +159,12 @@ typedef struct OgaExtStaticStepInputs {
   const int64_t* input_ids;      /* [batch_size, sequence_length], pad_token_id after a row's tokens */
   const int64_t* attention_mask; /* [batch_size, total_sequence_length]: ones, then zeros */
   const int32_t* logits_positions; /* [batch_size] */
+  /* [batch_size, sequence_length]: the position of each query token in its row's sequence (the
+   * padding after a row's tokens continues the count), for graphs with a position_ids input. */
+  const int64_t* position_ids;
+  /* 1: the rows start empty (a new batch's prefill, or its retry): fixed decoder state the
+   * executor keeps per row starts from zeros. 0: every row continues from its state. */
+  int32_t new_batch;
 } OgaExtStaticStepInputs;
 
 /* Filled by execute. `logits` must stay valid until the next execute or close_engine. Either

@@ -2,7 +2,7 @@
 logits-type codes an executor returns, how ONNX Runtime's failures map to them, the load error, and
 oga's naming convention for per-token fixed-state capture outputs."""
 
-from .._core import ExecutionStatus, LogitsType
+from .._core import ExecutionStatus, LogitsType, _raised_by_signal_handler
 
 STATUS_OK = ExecutionStatus.OK
 STATUS_CAPACITY_EXCEEDED = ExecutionStatus.CAPACITY_EXCEEDED
@@ -39,7 +39,11 @@ def classify_failure(error):
     """Maps an ONNX Runtime exception to an OgaExtExecutionStatus. Only Exceptions are classified:
     a BaseException that is not one (KeyboardInterrupt from a signal handler, SystemExit) is left to
     propagate out of the executor to the _core.pyx trampoline, which reports the step Interrupted
-    (rolled back, the engine healthy) and has Engine.run raise it once the core returns."""
+    (rolled back, the engine healthy) and has Engine.run raise it once the core returns. An
+    exception the caller's own signal handler raised while the step ran (a RuntimeError from a
+    SIGALRM timeout handler, say) is the caller's too: it is raised again, to take the same way."""
+    if _raised_by_signal_handler(error):
+        raise error
     text = str(error).lower()
     if isinstance(error, MemoryError) or any(marker in text for marker in _OUT_OF_MEMORY_MARKERS):
         return STATUS_CAPACITY_EXCEEDED

@@ -41,6 +41,7 @@ import numpy as np
 from .contract import CAPTURE_SUFFIX, LOGITS_BLOCK, LOGITS_BLOCK_MAXIMA, ModelLoadError
 from .device_path import DeviceOnnxEngineExecutor
 from .host import OnnxEngineExecutor
+from .providers import CUDA, session_providers
 from .static import StaticOnnxEngineExecutor
 
 _ORT_TYPES = {
@@ -62,22 +63,6 @@ class FixedStateTensor:
     row_bytes: int            # bytes of one row
     capture_name: str | None = None   # graph output of the state after every packed token
                                       # ([num_tokens, *row_shape]), None when the decoder has none
-
-
-def _provider_list(session_options_config):
-    """(providers, provider_options) for InferenceSession from genai_config's session_options."""
-    providers, options = [], []
-    aliases = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider", "dml": "DmlExecutionProvider",
-               "rocm": "ROCMExecutionProvider", "webgpu": "WebGpuExecutionProvider"}
-    for entry in session_options_config.get("provider_options", []) or []:
-        for name, values in entry.items():
-            provider = aliases.get(name.lower(), name)
-            providers.append(provider)
-            options.append({str(k): str(v) for k, v in (values or {}).items()})
-    if "CPUExecutionProvider" not in providers:  # the fallback (ONNX Runtime refuses a duplicate)
-        providers.append("CPUExecutionProvider")
-        options.append({})
-    return providers, options
 
 
 def _truthy(value):
@@ -149,8 +134,9 @@ class OnnxDecoder:
     def __init__(self, names, executor=None):
         """`executor`: "native" or "python" as the model loader selected it (native.requested);
         None (tests driving this executor directly): a Python session, recorded nowhere."""
-        import onnxruntime as ort
+        from ..onnxruntime_import import import_onnxruntime
 
+        ort = import_onnxruntime()
         self.names = names
         self.path = os.path.join(names["model_directory"], names["decoder_filename"])
         if not os.path.isfile(self.path):
@@ -169,13 +155,14 @@ class OnnxDecoder:
             options.intra_op_num_threads = int(session_config["intra_op_num_threads"])
         if "inter_op_num_threads" in session_config:
             options.inter_op_num_threads = int(session_config["inter_op_num_threads"])
-        providers, provider_options = _provider_list(session_config)
-        available = set(ort.get_available_providers())
-        # CUDA only where the session really can run on it: a provider ONNX Runtime has and a device.
-        wants_cuda = "CUDAExecutionProvider" in providers
+        # The providers as 0.18 checks them (a cuda entry without a usable CUDA fails the load); on
+        # the device test path a cuda entry stands for the CPU stand-in device, and is dropped here.
+        providers, provider_options = session_providers(session_config.get("provider_options"),
+                                                        lambda: cuda_unavailable_reason(ort),
+                                                        cuda_stand_in=_cpu_device_factory is not None)
+        wants_cuda = CUDA in providers
         cuda_reason = cuda_unavailable_reason(ort) if wants_cuda else ""
-        chosen = [(p, o) for p, o in zip(providers, provider_options)
-                  if p in available and not (p == "CUDAExecutionProvider" and cuda_reason)]
+        chosen = [(p, o) for p, o in zip(providers, provider_options) if not (p == CUDA and cuda_reason)]
         # The device path: where the caches, the staged inputs and the logits live (see the module
         # docstring). None = the host path.
         self.device = None
@@ -194,10 +181,8 @@ class OnnxDecoder:
             return None
         from . import native
 
-        fixed_groups = bool(self.names["fixed_states"])
         device_path = self.device is not None or _cpu_device_factory is not None
-        reason = native.python_session_reason(executor, not self.names["block_size"], fixed_groups, chosen,
-                                                       device_path)
+        reason = native.python_session_reason(executor, chosen, device_path)
         return native.open_session(self.path, session_config, reason)
 
     def _open(self, ort, options, session_config, chosen, wants_cuda, cuda_reason, executor):
@@ -297,15 +282,30 @@ class OnnxDecoder:
         self.fixed_states = ()
         self.fixed_state_row_bytes = 0
         self.fixed_state_capture = False
+        self.static_rows_alone = False
         if self.static:
-            if n["fixed_states"]:
-                # As 0.18: the model loads, and og.Engine refuses ("Fixed decoder state groups require
-                # engine.dynamic_batching") before it opens this decoder.
-                self.per_token_logits = self.windowed_block_table = False
+            input_ids = self.inputs.get(n["input_ids"])
+            if n["fixed_states"] and input_ids is not None and len(input_ids.shape) == 1:
+                # A paged hybrid graph (packed input_ids) configured without engine.dynamic_batching:
+                # as 0.18, the model loads and og.Engine refuses it ("Fixed decoder state groups
+                # require engine.dynamic_batching") before it opens this decoder; nothing runs it.
+                self.per_token_logits = self.windowed_block_table = self.has_position_ids = False
                 self.ring_layers = frozenset()
                 self.bytes_per_block = 0
                 return
+            # A contiguous-cache graph with fixed state (OGA's CPU build of LFM2: conv layers with
+            # past/present conv state): as 0.18, og.Engine refuses it and og.Generator runs it; the
+            # static executor keeps the state per row.
             self._validate_static()
+            self._validate_fixed_states()
+            # Padding must not reach a conv layer's state, nor ONNX Runtime's windowed attention
+            # (GroupQueryAttention with sliding_window_cache fails a right-padded prefill: "seqlens_k[0]
+            # = 6 is too small for sequence_length 23"): a new batch's rows of different lengths then
+            # prefill alone (static.py).
+            self.static_rows_alone = bool(self.fixed_states) or bool(n["sliding_window_layers"])
+            if any(t.capture_name for t in self.fixed_states):
+                raise ModelLoadError(f"{self.path}: per-token fixed state outputs ('{CAPTURE_SUFFIX}') serve draft "
+                                     "verification on the dynamic path; a static-batching decoder cannot have them.")
             return
         self._check(self.inputs, n["input_ids"], ("tensor(int64)",), 1, "input")
         self._check(self.inputs, n["cumulative_sequence_lengths"], ("tensor(int32)",), 1, "input")
@@ -547,9 +547,11 @@ class OnnxDecoder:
         n = self.names
         self._check(self.inputs, n["input_ids"], ("tensor(int64)",), 2, "input")
         self._check(self.inputs, n["attention_mask"], ("tensor(int64)",), 2, "input")
-        if n["position_ids"] in self.inputs:
-            raise ModelLoadError(f"{self.path}: static-batching decoders with a '{n['position_ids']}' input are not "
-                                 "supported yet by oga.")
+        # RoPE outside attention (HunYuan: q/k norm after RoPE): [batch, sequence] positions, which
+        # the core packs with every static step.
+        self.has_position_ids = n["position_ids"] in self.inputs
+        if self.has_position_ids:
+            self._check(self.inputs, n["position_ids"], ("tensor(int64)",), 2, "input")
         logits = self._check(self.outputs, n["logits"], ("tensor(float)", "tensor(float16)"), 3, "output")
         self.logits_dtype = _ORT_TYPES[logits.type]
         self.per_token_logits = False

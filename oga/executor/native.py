@@ -103,8 +103,10 @@ def onnxruntime_library_path() -> str:
     override = os.environ.get(LIBRARY_ENV)
     if override:
         return override
+    from oga.onnxruntime_import import import_onnxruntime
+
     try:
-        import onnxruntime
+        onnxruntime = import_onnxruntime()
     except ImportError as error:
         raise NativeExecutorUnavailable(f"the onnxruntime package cannot be imported: {error}") from error
     capi = os.path.join(os.path.dirname(onnxruntime.__file__), "capi")
@@ -152,6 +154,7 @@ class DecoderSpec(ctypes.Structure):
         ("per_token_logits", ctypes.c_int32),
         ("num_fixed_states", ctypes.c_size_t), ("fixed_states", ctypes.POINTER(FixedStateSpec)),
         ("logits_block_maxima", ctypes.c_char_p),
+        ("static_rows_alone", ctypes.c_int32),
     ]
 
 
@@ -306,7 +309,7 @@ class NativeSession:
             pass
 
 
-def python_session_reason(executor, static, fixed_state_groups, chosen, device_path):
+def python_session_reason(executor, chosen, device_path):
     """Why a decoder's session is not created natively ("" when it is). `chosen`: the (provider,
     options) pairs the session would get (ONNX Runtime's CPU provider takes no options: it ignores
     them on either executor); `device_path`: whether the decoder takes the device path."""
@@ -315,8 +318,6 @@ def python_session_reason(executor, static, fixed_state_groups, chosen, device_p
     if device_path or [p for p, _ in chosen] != ["CPUExecutionProvider"]:
         return ("decoders on a device (the CUDA execution provider or the device test path) run on the Python "
                 "executor")
-    if static and fixed_state_groups:
-        return "a static-batching decoder with fixed state groups never runs (og.Engine refuses it)"
     return ""
 
 
@@ -392,7 +393,7 @@ def _spec(decoder):
     spec = DecoderSpec(
         static_batching=1 if static else 0,
         input_ids=text(n["input_ids"]),
-        position_ids=optional("position_ids", not static and decoder.has_position_ids),
+        position_ids=optional("position_ids", decoder.has_position_ids),
         cumulative_sequence_lengths=optional("cumulative_sequence_lengths", not static),
         past_sequence_lengths=optional("past_sequence_lengths", not static),
         block_table=optional("block_table", not static),
@@ -413,7 +414,8 @@ def _spec(decoder):
         logits_element_type=_ELEMENT_TYPES[np.dtype(decoder.logits_dtype)], vocab_size=n["vocab_size"],
         per_token_logits=1 if decoder.per_token_logits else 0,
         num_fixed_states=len(fixed), fixed_states=fixed_states,
-        logits_block_maxima=text(decoder.block_maxima) if not static and decoder.block_maxima else None)
+        logits_block_maxima=text(decoder.block_maxima) if not static and decoder.block_maxima else None,
+        static_rows_alone=1 if static and decoder.static_rows_alone else 0)
     return spec, keep
 
 
@@ -426,9 +428,11 @@ def attach(decoder, executor_address) -> bool:
     if not isinstance(session, NativeSession):
         return False
     if decoder.static and not decoder.cache_tensors:
-        # python_session_reason keeps these on the Python executor; a decoder validated without
-        # caches has nothing the native executor could run
-        raise RuntimeError(f"{decoder.path}: a native session for a decoder without caches")
+        # A paged hybrid graph configured without dynamic batching (decoder._validate): og.Engine
+        # refuses it before opening it, so no executor ever runs it; the table stays the Python one.
+        selections[decoder.path] = Selection("python", "a static-batching decoder with fixed state groups that is "
+                                                       "not a contiguous-cache graph never runs (og.Engine refuses it)")
+        return False
     lib = library()
     spec, keep = _spec(decoder)
     message = ctypes.create_string_buffer(4096)

@@ -58,8 +58,8 @@ def make_parser() -> argparse.ArgumentParser:
                    help="hybrid decoders: also output every packed token's fixed state (present.*.per_token), "
                         "for draft verification; needs --per-token-logits (default: on with it)")
     b.add_argument("--chunk-size", type=_positive,
-                   help="search.chunk_size: max query tokens per request and step (required with "
-                        "--sliding-window-layers)")
+                   help="search.chunk_size: max query tokens per request and step; sizes the ring of "
+                        "sliding-window layers (default for them: --max-scheduled-tokens)")
     c = sub.add_parser("convert", help="turn a CPU model directory of onnxruntime-genai's builder "
                                        "(GroupQueryAttention, contiguous caches) into a paged decoder for oga's engine")
     c.add_argument("source", metavar="SRC_DIR", help="the builder's output directory (genai_config.json, model.onnx)")
@@ -71,6 +71,12 @@ def make_parser() -> argparse.ArgumentParser:
     c.add_argument("--max-scheduled-tokens", type=_positive, default=512)
     c.add_argument("--context-length", type=_positive,
                    help="max tokens per request (default: search.max_length, capped at 4096)")
+    c.add_argument("--chunk-size", type=_positive,
+                   help="search.chunk_size: max query tokens per request and step (default: max-scheduled-tokens); "
+                        "sliding-window layers in a ring need it")
+    c.add_argument("--window-ring", action=argparse.BooleanOptionalAction, default=None,
+                   help="keep sliding-window layers' KV in a ring of chunk-size + window - 1 positions per request "
+                        "(default: when that is smaller than the context; a ring turns prefix caching off)")
     r = b.add_argument_group("random model shape (with --random)")
     r.add_argument("--architecture", choices=("llama", "qwen2", "mistral"), default="llama")
     r.add_argument("--layers", type=_positive, default=2)
@@ -125,7 +131,8 @@ def convert_main(args) -> int:
     try:
         out = convert(args.source, args.output, block_size=args.block_size, num_blocks=args.num_blocks,
                       max_batch_size=args.max_batch_size, max_scheduled_tokens=args.max_scheduled_tokens,
-                      context_length=args.context_length, progress=True)
+                      context_length=args.context_length, chunk_size=args.chunk_size,
+                      window_ring=args.window_ring, progress=True)
     except (ValueError, FileNotFoundError, OSError) as exc:
         print(f"python -m oga.models convert: error: {exc}", file=sys.stderr)
         return 2

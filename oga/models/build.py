@@ -134,9 +134,9 @@ def build(source, output_dir, *, target: str = "cpu", block_size: int | None = N
     size 16 by default) or "cuda" (fp16 PagedAttention, block size 256 by default).
     `context_length` defaults to the model's, capped at 4096 on CPU. On CPU `num_blocks` defaults
     to enough blocks for `max_batch_size` requests of `context_length` tokens.
-    `chunk_size` becomes search.chunk_size (the per-step query cap of a request); it is required
-    when the spec has sliding-window ring layers (`DecoderSpec.sliding_window_layers`), whose
-    ring the engine sizes from it (cpu target only).
+    `chunk_size` becomes search.chunk_size (the per-step query cap of a request); the engine sizes
+    the ring of sliding-window ring layers (`DecoderSpec.sliding_window_layers`, cpu target only)
+    from it, and it defaults to `max_scheduled_tokens` for them.
     `state_capture`: hybrid decoders also output every packed token's fixed state
     (`present.*.per_token`, see onnx_cpu), which the engine needs to verify drafts; None turns it on
     for hybrid decoders built with `per_token_logits`; it requires `per_token_logits`.
@@ -173,6 +173,12 @@ def build(source, output_dir, *, target: str = "cpu", block_size: int | None = N
     loaded = load_source(source, random_spec=random_spec, seed=seed)
     spec = loaded.spec
     context_length = int(context_length or cfg.default_context_length(spec, target))
+    if target == "cuda":   # checked before the graph's own, narrower checks
+        from .onnx_cpu import refuse_features
+        refuse_features(spec, "the CUDA graph")
+    if spec.ring_layers() and chunk_size is None:
+        # the ring of a sliding-window layer holds chunk_size + window - 1 positions per request
+        chunk_size = int(max_scheduled_tokens)
     if spec.ring_layers() and target != "cpu":
         raise NotImplementedError("sliding-window ring layers (sliding_window_layers) are built for the cpu "
                                   "target only")

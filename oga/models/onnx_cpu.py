@@ -139,16 +139,21 @@ def capture_name(present: str) -> str:
 # --------------------------------------------------------------------------------------------
 # RoPE frequencies and tables (Hugging Face semantics), shared with the CUDA and fused builders
 
-def rope_inv_freq(spec: DecoderSpec) -> np.ndarray:
-    """float64 [head_dim / 2] inverse frequencies with the spec's rope_scaling applied."""
-    d = spec.head_dim
-    inv = 1.0 / (float(spec.rope_theta) ** (np.arange(0, d, 2, dtype=np.float64) / d))
-    scaling = spec.rope_scaling or {}
+def rope_inv_freq(spec: DecoderSpec, *, local: bool = False, long: bool = False) -> np.ndarray:
+    """float64 [rotary_dim / 2] inverse frequencies with the spec's rope_scaling applied; `local`:
+    the windowed layers' own base (local_rope_theta), unscaled; `long`: LongRoPE's long factors (else
+    its short ones)."""
+    d = spec.rotary_dims()
+    theta = spec.local_rope_theta if local else spec.rope_theta
+    inv = 1.0 / (float(theta) ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    scaling = {} if local else spec.rope_scaling or {}
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind in (None, "default"):
         return inv
     if kind == "linear":
         return inv / float(scaling["factor"])
+    if kind == "longrope":
+        return inv / np.asarray(scaling["long_factor" if long else "short_factor"], dtype=np.float64)
     if kind == "llama3":
         factor = float(scaling["factor"])
         low = float(scaling.get("low_freq_factor", 1.0))
@@ -162,14 +167,20 @@ def rope_inv_freq(spec: DecoderSpec) -> np.ndarray:
         medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
         return np.where(medium, smoothed, scaled)
     raise NotImplementedError(f"rope_scaling type {kind!r} is not supported by the graph builders "
-                              "(supported: default, linear, llama3)")
+                              "(supported: default, linear, llama3, longrope)")
 
 
-def rope_tables(spec: DecoderSpec, length: int, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """cos/sin tables [length, head_dim / 2] of `dtype` (HF RoPE with the spec's rope_scaling, as
-    GroupQueryAttention-style operators take them: non-interleaved halves)."""
-    angles = np.arange(length, dtype=np.float64)[:, None] * rope_inv_freq(spec)[None, :]
-    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+def rope_tables(spec: DecoderSpec, length: int, dtype, *, local: bool = False,
+                long: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin tables [length, rotary_dim / 2] of `dtype` (HF RoPE with the spec's rope_scaling, as
+    GroupQueryAttention-style operators take them: non-interleaved halves); `local` and `long` as in
+    rope_inv_freq. LongRoPE's tables are scaled by its magnitude (phi3.long_rope_magnitudes)."""
+    angles = np.arange(length, dtype=np.float64)[:, None] * rope_inv_freq(spec, local=local, long=long)[None, :]
+    magnitude = 1.0
+    if spec.long_rope() and not local:
+        from .architectures.phi3 import long_rope_magnitudes
+        magnitude = long_rope_magnitudes(spec.rope_scaling, spec.context_length)[1 if long else 0]
+    return (np.cos(angles) * magnitude).astype(dtype), (np.sin(angles) * magnitude).astype(dtype)
 
 
 # --------------------------------------------------------------------------------------------
@@ -265,12 +276,13 @@ def _w(weights, name):
 
 def fused_layer_weights(spec: DecoderSpec, weights, layer: int, dtype=np.float32, scale_query=True):
     """HF-layout fused projections of one layer; with `scale_query` the query rows are pre-scaled
-    by 1/sqrt(head_dim) (RoPE is a rotation, so scaling before it equals scaling the scores).
+    by the scores' scale (spec.scale(): RoPE is a rotation and an RMSNorm of the query would undo it,
+    so with q/k norms the scale is applied after them instead, by the caller).
 
     Returns (qkv_w [q+2kv, H], qkv_b [q+2kv] or None, o_w [H, q], gate_up_w [2I, H], down_w [H, I]).
     """
     p = f"model.layers.{layer}."
-    scale = np.float32(1.0 / np.sqrt(spec.head_dim)) if scale_query else np.float32(1.0)
+    scale = np.float32(spec.scale()) if scale_query else np.float32(1.0)
     qkv_w = np.concatenate([_w(weights, p + "self_attn.q_proj.weight") * scale,
                             _w(weights, p + "self_attn.k_proj.weight"),
                             _w(weights, p + "self_attn.v_proj.weight")], axis=0)
@@ -315,14 +327,16 @@ class RingIndices:
 class StepIndices:
     scatter_index: str  # int64 [N + M, 2]: (block, slot) of each packed token, then of M tail slots
     tail_zeros: str     # float [M, kv_heads, D]: zeros written to the tail slots
-    cos: str            # float [N, 1, D/2]
+    cos: str            # float [N, 1, R/2] (R: the rotary dims; LongRoPE: each token's row's table)
     sin: str
+    local_cos: str      # the windowed layers' own tables (local_rope_theta), else cos / sin
+    local_sin: str
     groups: list        # [decode RowGroup, prefill RowGroup]
     back_index: str     # int64 [N]: row of concat(group outputs) holding token t
     ring: RingIndices | None = None
 
 
-def _step_indices(g: GraphBuilder, spec: DecoderSpec, block_size: int, inv_freq: np.ndarray) -> StepIndices:
+def _step_indices(g: GraphBuilder, spec: DecoderSpec, block_size: int) -> StepIndices:
     g.scope = "step"
     bs, kvh, D = block_size, spec.num_kv_heads, spec.head_dim
     ring = bool(spec.ring_layers())
@@ -384,11 +398,33 @@ def _step_indices(g: GraphBuilder, spec: DecoderSpec, block_size: int, inv_freq:
     else:
         scatter, tail_zeros = token_slots, None
 
-    # RoPE angles for every token
-    angles = g.op("Mul", [g.unsq(g.op("Cast", [pos], to=TensorProto.FLOAT), [1]),
-                          g.const(inv_freq[None, :], np.float32)], "rope_angles")    # [N, D/2]
-    cos = g.unsq(g.op("Cos", [angles], "rope_cos"), [1])                             # [N, 1, D/2]
-    sin = g.unsq(g.op("Sin", [angles], "rope_sin"), [1])
+    # RoPE tables for every token
+    position = g.unsq(g.op("Cast", [pos], to=TensorProto.FLOAT), [1])                 # [N, 1]
+
+    def rope(inv_freq, magnitude, hint):
+        angles = g.op("Mul", [position, g.const(inv_freq[None, :], np.float32)], f"{hint}/angles")   # [N, R/2]
+        cos, sin = g.op("Cos", [angles], f"{hint}/cos"), g.op("Sin", [angles], f"{hint}/sin")
+        if magnitude != 1.0:
+            cos = g.op("Mul", [cos, g.const(np.float32(magnitude), np.float32)], f"{hint}/cos/magnitude")
+            sin = g.op("Mul", [sin, g.const(np.float32(magnitude), np.float32)], f"{hint}/sin/magnitude")
+        return cos, sin
+
+    if spec.long_rope():
+        # LongRoPE per row: a token rotates with the long tables when its row is longer than the
+        # original context after this step (kv_lengths), as oga.PagedGroupQueryAttention chooses
+        from .architectures.phi3 import long_rope_magnitudes
+        short_magnitude, long_magnitude = long_rope_magnitudes(spec.rope_scaling, spec.context_length)
+        short = rope(rope_inv_freq(spec), short_magnitude, "rope_short")
+        long = rope(rope_inv_freq(spec, long=True), long_magnitude, "rope_long")
+        switch = int(spec.rope_scaling["original_max_position_embeddings"])
+        uses_long = g.unsq(g.op("Greater", [g.op("Gather", [kvlen, row]), g.const(switch)], "long_rows"), [1])
+        cos, sin = (g.op("Where", [uses_long, lv, sv], f"rope/{n}") for n, sv, lv in zip(("cos", "sin"), short, long))
+    else:
+        cos, sin = rope(rope_inv_freq(spec), 1.0, "rope")
+    cos, sin = g.unsq(cos, [1]), g.unsq(sin, [1])                                    # [N, 1, R/2]
+    local_cos, local_sin = cos, sin
+    if spec.local_rope_theta:
+        local_cos, local_sin = (g.unsq(t, [1]) for t in rope(rope_inv_freq(spec, local=True), 1.0, "rope_local"))
 
     # row groups: decode rows (one query token) and the rest
     is_decode = g.op("Equal", [qlen, g.const(1)], "is_decode")
@@ -488,8 +524,8 @@ def _step_indices(g: GraphBuilder, spec: DecoderSpec, block_size: int, inv_freq:
     back = g.op("Where", [g.op("Gather", [is_decode, row]), g.op("Gather", [rank_d, row]), prefill_slot],
                 "back_index")
     g.scope = ""
-    return StepIndices(scatter_index=scatter, tail_zeros=tail_zeros, cos=cos, sin=sin, groups=groups,
-                       back_index=back,
+    return StepIndices(scatter_index=scatter, tail_zeros=tail_zeros, cos=cos, sin=sin, local_cos=local_cos,
+                       local_sin=local_sin, groups=groups, back_index=back,
                        ring=RingIndices(scatter_index=ring_slots, groups=ring_groups) if ring else None)
 
 
@@ -509,12 +545,24 @@ def _rms_norm(g: GraphBuilder, x: str, weight: str, eps: float, hint: str) -> st
     return g.op("Mul", [g.op("Div", [x, rms], f"{hint}/Div"), weight], f"{hint}/Mul")
 
 
-def _rope(g: GraphBuilder, x: str, idx: StepIndices, half: int) -> str:
-    """HF rotate_half RoPE on x [N, heads, D]: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s)."""
-    x1, x2 = g.op("Split", [x, g.const([half, half])], "rope/Split", n_out=2, axis=-1)
-    out1 = g.op("Sub", [g.op("Mul", [x1, idx.cos]), g.op("Mul", [x2, idx.sin])], "rope/first")
-    out2 = g.op("Add", [g.op("Mul", [x2, idx.cos]), g.op("Mul", [x1, idx.sin])], "rope/second")
-    return g.op("Concat", [out1, out2], "rope/Concat", axis=-1)
+def _rope(g: GraphBuilder, x: str, cos: str, sin: str, rotary: int, head_dim: int) -> str:
+    """HF rotate_half RoPE on the first `rotary` dims of x [N, heads, D]: (x1, x2) -> (x1 c - x2 s,
+    x2 c + x1 s); the other dims (partial rotary) pass through."""
+    half = rotary // 2
+    parts = [half, half] + ([head_dim - rotary] if rotary < head_dim else [])
+    split = g.op("Split", [x, g.const(parts)], "rope/Split", n_out=len(parts), axis=-1)
+    x1, x2 = split[0], split[1]
+    out1 = g.op("Sub", [g.op("Mul", [x1, cos]), g.op("Mul", [x2, sin])], "rope/first")
+    out2 = g.op("Add", [g.op("Mul", [x2, cos]), g.op("Mul", [x1, sin])], "rope/second")
+    return g.op("Concat", [out1, out2] + split[2:], "rope/Concat", axis=-1)
+
+
+def _softcap(g: GraphBuilder, x: str, cap: float, hint: str) -> str:
+    """cap * tanh(x / cap) (Gemma2's attention and final softcaps); x itself when cap is 0."""
+    if not cap:
+        return x
+    c = g.const(np.float32(cap), np.float32)
+    return g.op("Mul", [g.op("Tanh", [g.op("Div", [x, c], f"{hint}/Div")], f"{hint}/Tanh"), c], f"{hint}/Mul")
 
 
 def _finite(g: GraphBuilder, x: str, hint: str) -> str:
@@ -552,7 +600,8 @@ def _decode_attention(g: GraphBuilder, spec: DecoderSpec, q4: str, k_cache: str,
     q = g.op("Reshape", [q, g.const([0, kvh * grp, kvh * D])], "decode/q/Reshape")
     k, v = _gather_kv(g, k_cache, v_cache, grp_idx, "decode")
     k = g.op("Transpose", [k], "decode/k/Transpose", perm=[0, 2, 1])                   # [G, kvh*D, L]
-    scores = g.op("Add", [g.op("MatMul", [q, k], "decode/QK"), grp_idx.mask], "decode/masked")
+    scores = _softcap(g, g.op("MatMul", [q, k], "decode/QK"), spec.attention_softcap, "decode/softcap")
+    scores = g.op("Add", [scores, grp_idx.mask], "decode/masked")
     probs = g.op("Softmax", [scores], "decode/Softmax", axis=-1)                        # [G, kvh*grp, L]
     out = g.op("MatMul", [probs, v], "decode/PV")                                       # [G, kvh*grp, kvh*D]
     out = g.op("Reshape", [out, g.const([0, kvh, grp, kvh, D])], "decode/out/Reshape")
@@ -569,7 +618,8 @@ def _prefill_attention(g: GraphBuilder, spec: DecoderSpec, q4: str, k_cache: str
     k, v = _gather_kv(g, k_cache, v_cache, grp_idx, "prefill")
     k = g.op("Transpose", [k], "prefill/k/Transpose", perm=[0, 2, 3, 1])               # [G, kvh, D, L]
     v = g.op("Transpose", [v], "prefill/v/Transpose", perm=[0, 2, 1, 3])               # [G, kvh, L, D]
-    scores = g.op("Add", [g.op("MatMul", [q, k], "prefill/QK"), grp_idx.mask], "prefill/masked")
+    scores = _softcap(g, g.op("MatMul", [q, k], "prefill/QK"), spec.attention_softcap, "prefill/softcap")
+    scores = g.op("Add", [scores, grp_idx.mask], "prefill/masked")
     probs = g.op("Softmax", [scores], "prefill/Softmax", axis=-1)
     out = g.op("MatMul", [probs, v], "prefill/PV")                                      # [G, kvh, Q*grp, D]
     out = g.op("Transpose", [g.reshape(out, grp_idx.out5_shape)], "prefill/out/Transpose",
@@ -578,14 +628,21 @@ def _prefill_attention(g: GraphBuilder, spec: DecoderSpec, q4: str, k_cache: str
 
 
 def _attention(g: GraphBuilder, spec: DecoderSpec, layer: int, x: str, idx: StepIndices,
-               qkv_w: str, qkv_b: str | None, o_w: str, ring: bool = False) -> str:
+               qkv_w: str, qkv_b: str | None, o_w: str, ring: bool = False, qk_norms: tuple | None = None) -> str:
     """One attention block; a `ring` layer writes and reads its ring cache through
-    block_table_windowed (idx.ring) with the window mask, the others the full cache."""
+    block_table_windowed (idx.ring) with the window mask, the others the full cache. `qk_norms`:
+    the q / k norm weights (the query then scaled after its norm, not in qkv_w)."""
     nH, kvh, D = spec.num_heads, spec.num_kv_heads, spec.head_dim
     qkv = g.op("Gemm", [x, qkv_w] + ([qkv_b] if qkv_b else []), "qkv_proj", transB=1)
     q, k, v = g.op("Split", [qkv, g.const([nH * D, kvh * D, kvh * D])], "qkv/Split", n_out=3, axis=1)
-    q = _rope(g, g.reshape(q, g.const([-1, nH, D])), idx, D // 2)
-    k = _rope(g, g.reshape(k, g.const([-1, kvh, D])), idx, D // 2)
+    q, k = g.reshape(q, g.const([-1, nH, D])), g.reshape(k, g.const([-1, kvh, D]))
+    if qk_norms:
+        q = g.op("Mul", [_rms_norm(g, q, qk_norms[0], spec.rms_norm_eps, "q_norm"),
+                         g.const(np.float32(spec.scale()), np.float32)], "q_norm/scaled")
+        k = _rms_norm(g, k, qk_norms[1], spec.rms_norm_eps, "k_norm")
+    cos, sin = (idx.local_cos, idx.local_sin) if spec.windowed(layer) else (idx.cos, idx.sin)
+    q = _rope(g, q, cos, sin, spec.rotary_dims(), D)
+    k = _rope(g, k, cos, sin, spec.rotary_dims(), D)
     v = g.reshape(v, g.const([-1, kvh, D]))
     if ring:
         scatter_index, (decode, prefill) = idx.ring.scatter_index, idx.ring.groups
@@ -610,8 +667,17 @@ def _mlp(g: GraphBuilder, spec: DecoderSpec, x: str, gate_up_w: str, down_w: str
     I = spec.intermediate_size
     gate, up = g.op("Split", [g.op("Gemm", [x, gate_up_w], "gate_up_proj", transB=1),
                               g.const([I, I])], "gate_up/Split", n_out=2, axis=1)
-    act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate], "silu/Sigmoid")], "silu/Mul"), up],
-               "swiglu")
+    if spec.activation == "gelu_tanh":   # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        cube = g.op("Mul", [g.op("Pow", [gate, g.const(3.0, np.float32)], "gelu/Pow"),
+                            g.const(np.float32(0.044715), np.float32)], "gelu/cube")
+        inner = g.op("Mul", [g.op("Add", [gate, cube], "gelu/Add"),
+                             g.const(np.float32(np.sqrt(2.0 / np.pi)), np.float32)], "gelu/inner")
+        half = g.op("Mul", [gate, g.const(0.5, np.float32)], "gelu/half")
+        activated = g.op("Mul", [half, g.op("Add", [g.op("Tanh", [inner], "gelu/Tanh"), g.const(1.0, np.float32)],
+                                             "gelu/one_plus")], "gelu")
+    else:
+        activated = g.op("Mul", [gate, g.op("Sigmoid", [gate], "silu/Sigmoid")], "silu/Mul")
+    act = g.op("Mul", [activated, up], "gated")
     return g.op("Gemm", [act, down_w], "down_proj", transB=1)
 
 
@@ -626,7 +692,14 @@ def _lm_head(g: GraphBuilder, spec: DecoderSpec, x: str, norm_w: str, head_w: st
                             g.const(1, np.int32)], "last_tokens")
         x = g.op("Gather", [x, last], "select_rows", axis=0)
     x = _rms_norm(g, x, norm_w, spec.rms_norm_eps, "norm")
-    return g.op("Gemm", [x, head_w], "MatMul", outputs=[LOGITS], transB=1)
+    if spec.logits_multiplier == 1.0 and not spec.final_softcap:
+        return g.op("Gemm", [x, head_w], "MatMul", outputs=[LOGITS], transB=1)
+    logits = g.op("Gemm", [x, head_w], "MatMul", transB=1)
+    if spec.logits_multiplier != 1.0:
+        logits = g.op("Mul", [logits, g.const(np.float32(spec.logits_multiplier), np.float32)], "logits_multiplier")
+    if spec.final_softcap:
+        logits = _softcap(g, logits, spec.final_softcap, "final_softcap")
+    return g.op("Identity", [logits], "logits", outputs=[LOGITS])
 
 
 # --------------------------------------------------------------------------------------------
@@ -836,6 +909,15 @@ def default_state_capture(spec: DecoderSpec, per_token_logits: bool, state_captu
     return bool(state_capture)
 
 
+def refuse_features(spec: DecoderSpec, graph: str) -> None:
+    """NotImplementedError naming the spec's features beyond the Llama layout (DecoderSpec.features),
+    for graphs that do not implement them yet (the CPU graphs implement them all)."""
+    features = spec.features()
+    if features:
+        raise NotImplementedError(f"{graph} does not implement {', '.join(features)} yet, needed for "
+                                  f"{spec.architecture}; build for the cpu target")
+
+
 def build_cpu_graph(spec: DecoderSpec, weights, *, block_size: int = 16, per_token_logits: bool = False,
                     logits_indices: bool = False, state_capture: bool | None = None) -> onnx.ModelProto:
     """The fp32 paged decoder (see the module docstring) as an in-memory ModelProto. `state_capture`
@@ -850,39 +932,55 @@ def build_cpu_graph(spec: DecoderSpec, weights, *, block_size: int = 16, per_tok
 
     embed = g.initializer("model.embed_tokens.weight", _w(weights, "model.embed_tokens.weight"))
     head = embed if spec.tie_word_embeddings else g.initializer("lm_head.weight", _w(weights, "lm_head.weight"))
-    norm = g.initializer("model.norm.weight", _w(weights, "model.norm.weight"))
 
-    idx = _step_indices(g, spec, block_size, rope_inv_freq(spec))
+    def norm_weight(name):   # the norm's scale: the weight plus the spec's offset (Gemma: 1 + w)
+        w = _w(weights, name)
+        return g.initializer(name, w + np.float32(spec.norm_offset) if spec.norm_offset else w)
+
+    def residual(x, out, layer, which):
+        if spec.output_norms:
+            out = _rms_norm(g, out, norm_weight(f"model.layers.{layer}.{which}_output_norm.weight"),
+                            spec.rms_norm_eps, f"{which}_output_norm")
+        if spec.residual_multiplier != 1.0:
+            out = g.op("Mul", [out, g.const(np.float32(spec.residual_multiplier), np.float32)], "residual_multiplier")
+        return g.op("Add", [x, out], "residual")
+
+    norm = norm_weight("model.norm.weight")
+    idx = _step_indices(g, spec, block_size)
     ring = set(spec.ring_layers())
     fixed = _fixed_indices(g) if spec.hybrid() else None
     x = _embeddings(g, embed)
+    if spec.embedding_multiplier != 1.0:
+        x = g.op("Mul", [x, g.const(np.float32(spec.embedding_multiplier), np.float32)], "embed_tokens/multiplier")
     for i in range(spec.num_layers):
         p = f"model.layers.{i}."
         kind = spec.layer_type(i)
         g.scope = f"layers.{i}/" + {"attention": "attn", "conv": "conv", "recurrent": "recurrent"}[kind]
-        ln1 = g.initializer(p + "input_layernorm.weight", _w(weights, p + "input_layernorm.weight"))
+        ln1 = norm_weight(p + "input_layernorm.weight")
         h = _rms_norm(g, x, ln1, spec.rms_norm_eps, "input_layernorm")
         if kind == "conv":
             a = _conv_layer(g, spec, i, h, fixed, weights, capture=capture)
         elif kind == "recurrent":
             a = _recurrent_layer(g, spec, i, h, fixed, weights, capture=capture)
         else:
-            qkv_w, qkv_b, o_w, _, _ = fused_layer_weights(spec, weights, i)
+            qkv_w, qkv_b, o_w, _, _ = fused_layer_weights(spec, weights, i, scale_query=not spec.qk_norm)
+            qk_norms = None
+            if spec.qk_norm:
+                qk_norms = (norm_weight(p + "self_attn.q_norm.weight"), norm_weight(p + "self_attn.k_norm.weight"))
             a = _attention(g, spec, i, h, idx,
                            g.initializer(p + "self_attn.qkv_proj.weight", qkv_w),
                            g.initializer(p + "self_attn.qkv_proj.bias", qkv_b) if qkv_b is not None else None,
-                           g.initializer(p + "self_attn.o_proj.weight", o_w), ring=i in ring)
-        x = g.op("Add", [x, a], "residual")
+                           g.initializer(p + "self_attn.o_proj.weight", o_w), ring=i in ring, qk_norms=qk_norms)
+        x = residual(x, a, i, "attention")
         gate_up_w = np.concatenate([_w(weights, p + "mlp.gate_proj.weight"),
                                     _w(weights, p + "mlp.up_proj.weight")], axis=0)
         down_w = _w(weights, p + "mlp.down_proj.weight")
         g.scope = f"layers.{i}/mlp"
-        ln2 = g.initializer(p + "post_attention_layernorm.weight",
-                            _w(weights, p + "post_attention_layernorm.weight"))
+        ln2 = norm_weight(p + "post_attention_layernorm.weight")
         h = _rms_norm(g, x, ln2, spec.rms_norm_eps, "post_attention_layernorm")
         m = _mlp(g, spec, h, g.initializer(p + "mlp.gate_up_proj.weight", gate_up_w),
                  g.initializer(p + "mlp.down_proj.weight", down_w))
-        x = g.op("Add", [x, m], "residual")
+        x = residual(x, m, i, "mlp")
     _lm_head(g, spec, x, norm, head, per_token_logits, logits_indices)
     doc = f"oga.models CPU paged decoder ({spec.architecture}, block_size {block_size}"
     if ring:

@@ -20,6 +20,15 @@ the past_* inputs. What differs is inside:
                  output, logits_block_maxima, that greedy selection reads), else the quantized
                  linear
 
+Architecture features (DecoderSpec, oga.models.architectures) fold into this shape: a norm offset
+into the norms' weights, multipliers into Mul nodes on the embeddings, the residual branches and the
+logits (and on the block maxima, which stay the maxima of the logits: every post-head op is monotonic),
+q/k norms as oga.SkipRMSNorm over [tokens x heads, head_dim] between the q|k|v projection and the
+attention (which then takes q, k, v apart), output norms as an oga.SkipRMSNorm without residual,
+tanh-GELU as com.microsoft.FastGelu, the attention's scale, softcap, window, per-layer RoPE tables
+(a local base for windowed layers) and LongRoPE's two tables as attributes and inputs of
+oga.PagedGroupQueryAttention, the final softcap as Div, Tanh, Mul after the head.
+
 A decode-only step runs no prefill branch (the attention kernel handles each row by its length)
 and gathers nothing: its cost grows with context only by the keys and values it reads.
 
@@ -54,6 +63,23 @@ def _norm(g: GraphBuilder, x: str, residual: str | None, weight: str, eps: float
     base = g._unique(hint)
     return g.op("SkipRMSNorm", [x, residual or "", weight] + (offsets or []), hint,
                 outputs=[f"{base}/output", f"{base}/sum"], domain=OGA_DOMAIN, epsilon=float(eps))
+
+
+def _norm_weight(g: GraphBuilder, spec: DecoderSpec, weights, name: str) -> str:
+    """A norm's scale as an initializer: the weight, plus the spec's norm offset (Gemma's 1 + w)."""
+    w = _w(weights, name)
+    return g.initializer(name, w + np.float32(spec.norm_offset) if spec.norm_offset else w)
+
+
+def _scaled(g: GraphBuilder, x: str, factor: float, hint: str) -> str:
+    return x if factor == 1.0 else g.op("Mul", [x, g.const(np.float32(factor), np.float32)], hint)
+
+
+def _head_norm(g: GraphBuilder, spec: DecoderSpec, weights, x: str, heads: int, name: str, hint: str) -> str:
+    """RMSNorm of each head of x [tokens, heads x head_dim] (q / k norm), as [tokens x heads, head_dim]."""
+    rows = g.reshape(x, g.const([-1, spec.head_dim]))
+    normed, _ = _norm(g, rows, None, _norm_weight(g, spec, weights, name), spec.rms_norm_eps, hint)
+    return g.reshape(normed, g.const([-1, heads * spec.head_dim]))
 
 
 class _Weights:
@@ -110,9 +136,10 @@ def _normed_matmul(g: GraphBuilder, stream, norm_weight: str, eps: float, norm_h
 
 
 def _attention(g: GraphBuilder, spec: DecoderSpec, layer: int, stream, norm_weight: str, w: _Weights, accuracy: int,
-               cos: str, sin: str, ring: bool):
+               rope: list[str], ring: bool):
     """The input norm and the attention block over the residual stream (x, offsets, residual);
-    returns the stream after it: (o_proj output, its pending block offsets or None, residual)."""
+    returns the stream after it: (o_proj output, its pending block offsets or None, residual). `rope`:
+    the layer's cos, sin tables, and LongRoPE's long ones after them."""
     p = f"model.layers.{layer}.self_attn."
     projections = w.fused(p + "qkv_proj.weight", [p + "q_proj.weight", p + "k_proj.weight", p + "v_proj.weight"])
     biases = [None] * len(projections)
@@ -122,49 +149,96 @@ def _attention(g: GraphBuilder, spec: DecoderSpec, layer: int, stream, norm_weig
             parts = [np.concatenate(parts)]
         biases = [g.initializer(f"{proj.name}.bias", b) for proj, b in zip(projections, parts)]
     offsets = []
-    if len(projections) == 1:
+    if len(projections) == 1 and not spec.qk_norm:
         qkv, offsets, residual = _normed_matmul(g, stream, norm_weight, spec.rms_norm_eps, "input_layernorm",
                                                 projections[0], accuracy, "qkv_proj")
         if biases[0] is not None:
             qkv = g.op("Add", [qkv, biases[0]], "qkv_proj/bias")
         qkv = [qkv, "", ""]
-    else:   # q, k, v in different forms (e.g. a GGUF mixing Q4_1 and Q8_0): three linears
+    else:
         h, residual = _norm(g, stream[0], stream[2], norm_weight, spec.rms_norm_eps, "input_layernorm", stream[1])
-        qkv = [_linear(g, h, proj, accuracy, proj.name.rsplit(".", 2)[-2], bias=b)
-               for proj, b in zip(projections, biases)]
+        if len(projections) == 1:   # q / k norms: q, k and v apart
+            qkv = _linear(g, h, projections[0], accuracy, "qkv_proj", bias=biases[0])
+            q_width, kv_width = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+            qkv = g.op("Split", [qkv, g.const([q_width, kv_width, kv_width])], "qkv_proj/split", n_out=3, axis=-1)
+        else:   # q, k, v in different forms (e.g. a GGUF mixing Q4_1 and Q8_0): three linears
+            qkv = [_linear(g, h, proj, accuracy, proj.name.rsplit(".", 2)[-2], bias=b)
+                   for proj, b in zip(projections, biases)]
+    if spec.qk_norm:
+        qkv = [_head_norm(g, spec, w.weights, qkv[0], spec.num_heads, p + "q_norm.weight", "q_norm"),
+               _head_norm(g, spec, w.weights, qkv[1], spec.num_kv_heads, p + "k_norm.weight", "k_norm"), qkv[2]]
     window = int(spec.sliding_window) if spec.windowed(layer) else -1
     table = cpu.BLOCK_TABLE_WINDOWED if ring else cpu.BLOCK_TABLE
-    attn = g.op("PagedGroupQueryAttention",
-                qkv + [cpu.PAST_KEY % layer, cpu.PAST_VALUE % layer, table, cpu.CU_SEQLENS, cpu.PAST_SEQLENS, cos, sin]
-                + (offsets or []),
+    inputs = qkv + [cpu.PAST_KEY % layer, cpu.PAST_VALUE % layer, table, cpu.CU_SEQLENS, cpu.PAST_SEQLENS] + rope[:2]
+    inputs += (offsets or ["", ""])
+    long_rope = {}
+    if len(rope) == 4:   # LongRoPE: the long tables past the original length, per row
+        inputs += [""] + rope[2:]
+        long_rope["rope_switch_length"] = int(spec.rope_scaling["original_max_position_embeddings"])
+    while not inputs[-1]:
+        inputs.pop()
+    attn = g.op("PagedGroupQueryAttention", inputs,
                 "PagedGroupQueryAttention", outputs=[g._unique("attention"), cpu.PRESENT_KEY % layer,
                                                      cpu.PRESENT_VALUE % layer],
                 domain=OGA_DOMAIN, num_heads=spec.num_heads, kv_num_heads=spec.num_kv_heads,
-                scale=float(1.0 / np.sqrt(spec.head_dim)), do_rotary=1, rotary_interleaved=0,
-                local_window_size=window)[0]
-    return _matmul(g, attn, w.linear(p + "o_proj.weight"), accuracy, "o_proj") + (residual,)
+                scale=spec.scale(), do_rotary=1, rotary_interleaved=0, local_window_size=window,
+                softcap=float(spec.attention_softcap), **long_rope)[0]
+    y, pending = _sublayer_output(g, spec, w, layer, attn, w.linear(p + "o_proj.weight"), accuracy, "o_proj",
+                                  "attention")
+    return y, pending, residual
+
+
+def _sublayer_output(g: GraphBuilder, spec: DecoderSpec, w: _Weights, layer: int, x: str, linear: lw.Linear,
+                     accuracy: int, hint: str, which: str, swiglu: bool = False):
+    """A sub-layer's output projection as the next norm takes it: (y, its pending block offsets or
+    None), with the output norm (Gemma2/3) and the residual multiplier (Granite) applied. `swiglu`:
+    x is gate|up and oga.QuantizedLinear applies the SwiGLU inside."""
+    if swiglu:
+        y, offsets = lw.emit_oga_linear(g, x, linear, hint, swiglu=True), None
+    elif spec.output_norms:                   # the norm adds the projection's block offsets
+        y, offsets = _matmul(g, x, linear, accuracy, hint)
+    elif spec.residual_multiplier != 1.0:     # complete, before the multiplier
+        y, offsets = _linear(g, x, linear, accuracy, hint), None
+    else:
+        return _matmul(g, x, linear, accuracy, hint)
+    if spec.output_norms:
+        name = f"model.layers.{layer}.{which}_output_norm.weight"
+        y, _ = _norm(g, y, None, _norm_weight(g, spec, w.weights, name), spec.rms_norm_eps, f"{which}_output_norm",
+                     offsets)
+    return _scaled(g, y, spec.residual_multiplier, f"{which}/residual_multiplier"), None
 
 
 def _mlp(g: GraphBuilder, spec: DecoderSpec, layer: int, stream, norm_weight: str, w: _Weights, accuracy: int):
     """The post-attention norm and the MLP over the residual stream; returns the stream after it
-    (down_proj output, its pending block offsets or None, residual). With oga's linears that is two
-    nodes: norm + gate|up, then SwiGLU + down."""
+    (down_proj output, its pending block offsets or None, residual). With oga's linears and a SiLU
+    gate that is two nodes: norm + gate|up, then SwiGLU + down."""
     p = f"model.layers.{layer}.mlp."
     projections = w.fused(p + "gate_up_proj.weight", [p + "gate_proj.weight", p + "up_proj.weight"])
     down = w.linear(p + "down_proj.weight")
-    if len(projections) == 1:
+    if len(projections) == 1 and spec.activation == "silu":
         gate_up, offsets, residual = _normed_matmul(g, stream, norm_weight, spec.rms_norm_eps,
                                                     "post_attention_layernorm", projections[0], accuracy,
                                                     "gate_up_proj")
         if not offsets and _oga_linear(down, accuracy):
-            return lw.emit_oga_linear(g, gate_up, down, "down_proj", swiglu=True), None, residual
+            y, pending = _sublayer_output(g, spec, w, layer, gate_up, down, accuracy, "down_proj", "mlp", swiglu=True)
+            return y, pending, residual
         act = g.op("SwiGlu", [gate_up] + (offsets or []), "SwiGlu", domain=OGA_DOMAIN)
     else:
         h, residual = _norm(g, stream[0], stream[2], norm_weight, spec.rms_norm_eps, "post_attention_layernorm",
                             stream[1])
-        gate, up = (_linear(g, h, proj, accuracy, hint) for proj, hint in zip(projections, ("gate_proj", "up_proj")))
-        act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate], "silu/Sigmoid")], "silu/Mul"), up], "swiglu")
-    return _matmul(g, act, down, accuracy, "down_proj") + (residual,)
+        if len(projections) == 1:
+            gate_up = _linear(g, h, projections[0], accuracy, "gate_up_proj")
+            gate, up = g.op("Split", [gate_up, g.const([spec.intermediate_size] * 2)], "gate_up_proj/split",
+                            n_out=2, axis=-1)
+        else:
+            gate, up = (_linear(g, h, proj, accuracy, hint) for proj, hint in zip(projections, ("gate_proj", "up_proj")))
+        if spec.activation == "gelu_tanh":
+            activated = g.op("FastGelu", [gate], "gelu_tanh", domain=MS_DOMAIN)
+        else:
+            activated = g.op("Mul", [gate, g.op("Sigmoid", [gate], "silu/Sigmoid")], "silu/Mul")
+        act = g.op("Mul", [activated, up], "gated")
+    y, pending = _sublayer_output(g, spec, w, layer, act, down, accuracy, "down_proj", "mlp")
+    return y, pending, residual
 
 
 def _embeddings(g: GraphBuilder, spec: DecoderSpec, w: _Weights) -> str:
@@ -172,12 +246,28 @@ def _embeddings(g: GraphBuilder, spec: DecoderSpec, w: _Weights) -> str:
     table = w.blocks.get(name)
     if w.precision != "fp32" and table is not None and table.bits == 8 and table.zero_points is None:
         # the 8-bit table as is (GGUF Q8_0): codes [vocab, hidden], one scale per block of 32
-        return g.op("GatherBlockQuantized",
-                    [g.initializer(name + ".codes", table.codes.reshape(table.n, table.k)), cpu.INPUT_IDS,
-                     g.initializer(name + ".scales", np.ascontiguousarray(table.scales))],
-                    "embed_tokens/GatherBlockQuantized", domain=MS_DOMAIN, gather_axis=0, quantize_axis=1,
-                    block_size=table.block_size, bits=8)
-    return g.op("Gather", [g.initializer(name, _w(w.weights, name)), cpu.INPUT_IDS], "embed_tokens/Gather", axis=0)
+        x = g.op("GatherBlockQuantized",
+                 [g.initializer(name + ".codes", table.codes.reshape(table.n, table.k)), cpu.INPUT_IDS,
+                  g.initializer(name + ".scales", np.ascontiguousarray(table.scales))],
+                 "embed_tokens/GatherBlockQuantized", domain=MS_DOMAIN, gather_axis=0, quantize_axis=1,
+                 block_size=table.block_size, bits=8)
+    else:
+        x = g.op("Gather", [g.initializer(name, _w(w.weights, name)), cpu.INPUT_IDS], "embed_tokens/Gather", axis=0)
+    return _scaled(g, x, spec.embedding_multiplier, "embed_tokens/multiplier")
+
+
+def _logits_postprocess(g: GraphBuilder, spec: DecoderSpec, x: str, hint: str, output: str | None = None) -> str:
+    """The logit multiplier and the final softcap (c * tanh(z / c)) on x: monotonic, elementwise."""
+    steps = []
+    if spec.logits_multiplier != 1.0:
+        steps.append(("Mul", np.float32(spec.logits_multiplier)))
+    if spec.final_softcap:
+        steps += [("Div", np.float32(spec.final_softcap)), ("Tanh", None), ("Mul", np.float32(spec.final_softcap))]
+    for i, (op, value) in enumerate(steps):
+        inputs = [x] if value is None else [x, g.const(value, np.float32)]
+        last = i == len(steps) - 1
+        x = g.op(op, inputs, f"{hint}/{op}", outputs=[output] if last and output else None)
+    return x
 
 
 def _lm_head(g: GraphBuilder, spec: DecoderSpec, x: str, offsets, residual: str, w: _Weights, accuracy: int,
@@ -195,13 +285,16 @@ def _lm_head(g: GraphBuilder, spec: DecoderSpec, x: str, offsets, residual: str,
         residual = g.op("Gather", [residual, rows], "select_rows/residual", axis=0)
         if offsets:
             offsets = [g.op("Gather", [offsets[0], rows], "select_rows/offset_input", axis=0), offsets[1]]
-    norm = g.initializer("model.norm.weight", _w(w.weights, "model.norm.weight"))
+    norm = _norm_weight(g, spec, w.weights, "model.norm.weight")
+    post = spec.logits_multiplier != 1.0 or bool(spec.final_softcap)
     head_name = "model.embed_tokens.weight" if spec.tie_word_embeddings else "lm_head.weight"
     head = w.linear(head_name, bits=None if w.precision is None else 8)
     if _oga_linear(head, accuracy) and not offsets:
         head.name = "lm_head.weight"     # the final norm inside the head's node
-        lw.emit_oga_linear(g, x, head, "lm_head", output=cpu.LOGITS, skip=residual, gamma=norm,
-                           epsilon=spec.rms_norm_eps)
+        logits = lw.emit_oga_linear(g, x, head, "lm_head", output=None if post else cpu.LOGITS, skip=residual,
+                                    gamma=norm, epsilon=spec.rms_norm_eps)
+        if post:
+            _logits_postprocess(g, spec, logits, "logits", cpu.LOGITS)
         return
     normed, _ = _norm(g, x, residual, norm, spec.rms_norm_eps, "norm", offsets)
     if head.quantized is None:
@@ -212,10 +305,16 @@ def _lm_head(g: GraphBuilder, spec: DecoderSpec, x: str, offsets, residual: str,
             head_name = g.initializer("lm_head.weight", np.ascontiguousarray(head.weight, dtype=np.float32))
         rows = cpu.logits_rows(per_token_logits, logits_indices)
         g.output(LOGITS_BLOCK_MAXIMA, TensorProto.FLOAT, [rows, -(-spec.vocab_size // LOGITS_BLOCK)])
-        g.op("LogitsHead", [normed, head_name], "lm_head", outputs=[cpu.LOGITS, LOGITS_BLOCK_MAXIMA], domain=OGA_DOMAIN)
+        outputs = ["lm_head/logits", "lm_head/maxima"] if post else [cpu.LOGITS, LOGITS_BLOCK_MAXIMA]
+        g.op("LogitsHead", [normed, head_name], "lm_head", outputs=outputs, domain=OGA_DOMAIN)
+        if post:   # the same ops on the maxima keep them the block maxima of the final logits
+            _logits_postprocess(g, spec, outputs[0], "logits", cpu.LOGITS)
+            _logits_postprocess(g, spec, outputs[1], "maxima", LOGITS_BLOCK_MAXIMA)
         return
     head.name = "lm_head.weight"
-    _linear(g, normed, head, accuracy, "lm_head", output=cpu.LOGITS)
+    logits = _linear(g, normed, head, accuracy, "lm_head", output=None if post else cpu.LOGITS)
+    if post:
+        _logits_postprocess(g, spec, logits, "logits", cpu.LOGITS)
 
 
 def _has_initializer(g: GraphBuilder, name: str) -> bool:
@@ -253,9 +352,15 @@ def build_cpu_fused_graph(spec: DecoderSpec, weights, *, blocks=None, precision=
     cpu.declare_io(g, spec, block_size, KV_CACHE_TYPES[kv_cache], TensorProto.FLOAT, per_token_logits,
                    logits_indices, state_capture=capture, fixed_state_type=TensorProto.FLOAT)
     w = _Weights(spec, weights, blocks or {}, precision)
-    cos_table, sin_table = rope_tables(spec, int(context_length), np.float32)
-    cos = g.initializer("rotary/cos_cache", cos_table)
-    sin = g.initializer("rotary/sin_cache", sin_table)
+    rope = [g.initializer(f"rotary/{n}_cache", t) for n, t in zip(("cos", "sin"),
+                                                                    rope_tables(spec, int(context_length), np.float32))]
+    if spec.long_rope():
+        rope += [g.initializer(f"rotary/{n}_cache_long", t) for n, t in zip(
+            ("cos", "sin"), rope_tables(spec, int(context_length), np.float32, long=True))]
+    local_rope = rope
+    if spec.local_rope_theta:
+        local_rope = [g.initializer(f"rotary/{n}_cache_local", t) for n, t in zip(
+            ("cos", "sin"), rope_tables(spec, int(context_length), np.float32, local=True))]
     ring = set(spec.ring_layers())
     fixed = cpu._fixed_indices(g) if spec.hybrid() else None
 
@@ -267,9 +372,10 @@ def build_cpu_fused_graph(spec: DecoderSpec, weights, *, blocks=None, precision=
         p = f"model.layers.{i}."
         kind = spec.layer_type(i)
         g.scope = f"layers.{i}/" + {"attention": "attn", "conv": "conv", "recurrent": "recurrent"}[kind]
-        ln1 = g.initializer(p + "input_layernorm.weight", _w(weights, p + "input_layernorm.weight"))
+        ln1 = _norm_weight(g, spec, weights, p + "input_layernorm.weight")
         if kind == "attention":
-            x, offsets, residual = _attention(g, spec, i, (x, offsets, residual), ln1, w, accuracy_level, cos, sin,
+            layer_rope = local_rope if spec.windowed(i) else rope
+            x, offsets, residual = _attention(g, spec, i, (x, offsets, residual), ln1, w, accuracy_level, layer_rope,
                                               ring=i in ring)
         else:
             h, residual = _norm(g, x, residual, ln1, spec.rms_norm_eps, "input_layernorm", offsets)
@@ -279,7 +385,7 @@ def build_cpu_fused_graph(spec: DecoderSpec, weights, *, blocks=None, precision=
                 x = cpu._recurrent_layer(g, spec, i, h, fixed, weights, capture=capture)
             offsets = None
         g.scope = f"layers.{i}/mlp"
-        ln2 = g.initializer(p + "post_attention_layernorm.weight", _w(weights, p + "post_attention_layernorm.weight"))
+        ln2 = _norm_weight(g, spec, weights, p + "post_attention_layernorm.weight")
         x, offsets, residual = _mlp(g, spec, i, (x, offsets, residual), ln2, w, accuracy_level)
     _lm_head(g, spec, x, offsets, residual, w, accuracy_level, per_token_logits, logits_indices)
     doc = (f"oga.models fused CPU paged decoder ({spec.architecture}, block_size {block_size}, "

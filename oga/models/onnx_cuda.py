@@ -22,7 +22,7 @@ import onnx
 from onnx import TensorProto
 
 from . import onnx_cpu as cpu
-from .onnx_cpu import GraphBuilder, _w, fused_layer_weights, rope_tables
+from .onnx_cpu import GraphBuilder, _w, fused_layer_weights, refuse_features, rope_tables
 from .spec import DecoderSpec
 
 MS_DOMAIN = "com.microsoft"
@@ -75,6 +75,7 @@ def _mlp(g: GraphBuilder, spec: DecoderSpec, x: str, gate_up_w: str, down_w: str
 def build_cuda_graph(spec: DecoderSpec, weights, *, block_size: int = 256, context_length: int | None = None,
                      per_token_logits: bool = False, logits_indices: bool = False) -> onnx.ModelProto:
     """The fp16 PagedAttention decoder as an in-memory ModelProto (opset 17 + com.microsoft 1)."""
+    refuse_features(spec, "the CUDA graph")
     if spec.hybrid():
         raise NotImplementedError("hybrid decoders (conv / recurrent layer_types) are built for the cpu target only")
     spec.check()

@@ -1,12 +1,14 @@
-"""Plain numpy forward pass of a Llama-family decoder: the ground truth the ONNX graphs are
-checked against.
+"""Plain numpy forward pass of a decoder: the ground truth the ONNX graphs are checked against.
 
-Written from the model definition (Hugging Face's LlamaForCausalLM / Qwen2ForCausalLM), not
-from any graph builder: embedding, per layer RMSNorm -> Q/K/V (+bias) -> RoPE (rotate_half) ->
-causal GQA attention (a sliding window on the layers the spec windows: every layer, or only
-`sliding_window_layers`) -> o_proj -> residual -> RMSNorm ->
-SwiGLU MLP -> residual; final RMSNorm; LM head (the embedding when tied). Computes in float64
-by default.
+Written from the model definitions (Hugging Face's LlamaForCausalLM and the architectures of
+oga.models.architectures), not from any graph builder: embedding (times embedding_multiplier), per
+layer RMSNorm (scale norm_offset + weight) -> Q/K/V (+bias) -> q/k RMSNorm per head (qk_norm) ->
+RoPE (rotate_half over the first rotary_dim dimensions; the windowed layers' own base with
+local_rope_theta; LongRoPE's short or long factors by the sequence's length) -> causal GQA attention
+(scale, softcap, a sliding window on the layers the spec windows: every layer, or only
+`sliding_window_layers`) -> o_proj -> (output norm) -> residual (times residual_multiplier) ->
+RMSNorm -> gated MLP (SiLU or tanh-GELU) -> (output norm) -> residual; final RMSNorm; LM head (the
+embedding when tied), times logits_multiplier, final softcap. Computes in float64 by default.
 
 Hybrid decoders (spec.layer_types) replace the attention block of some layers, token by token:
 - "conv": u = h @ in_proj^T; y_t[c] = sum_j w[c, j] u_{t-K+1+j}[c] over the previous K-1 inputs
@@ -27,18 +29,23 @@ import numpy as np
 from .spec import DecoderSpec, LoadedModel
 
 
-def rope_inv_freq(spec: DecoderSpec) -> np.ndarray:
-    """Inverse frequencies [head_dim / 2] with the spec's rope_scaling applied (HF semantics)."""
-    d = spec.head_dim
-    inv = 1.0 / spec.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+def rope_inv_freq(spec: DecoderSpec, theta: float | None = None, scaled: bool = True,
+                  long: bool = False) -> np.ndarray:
+    """Inverse frequencies [rotary_dim / 2] with the spec's rope_scaling applied (HF semantics);
+    `theta` another base (Gemma3's windowed layers, which are not scaled: scaled=False); LongRoPE's
+    short factors, or with `long` its long ones."""
+    d = spec.rotary_dims()
+    inv = 1.0 / (theta or spec.rope_theta) ** (np.arange(0, d, 2, dtype=np.float64) / d)
     rs = spec.rope_scaling
-    if not rs:
+    if not rs or not scaled:
         return inv
     kind = rs.get("rope_type", rs.get("type", "default"))
     if kind == "default":
         return inv
     if kind == "linear":
         return inv / float(rs["factor"])
+    if kind == "longrope":
+        return inv / np.asarray(rs["long_factor" if long else "short_factor"], dtype=np.float64)
     if kind == "llama3":
         factor = float(rs["factor"])
         low, high = float(rs["low_freq_factor"]), float(rs["high_freq_factor"])
@@ -65,6 +72,17 @@ def _silu(x):
     return x / (1.0 + np.exp(-x))
 
 
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _long_rope_magnitude(spec: DecoderSpec) -> float:
+    """LongRoPE's cos / sin multiplier: sqrt(1 + ln(s) / ln(original)), s = context / original."""
+    original = float(spec.rope_scaling["original_max_position_embeddings"])
+    ratio = spec.context_length / original
+    return 1.0 if ratio <= 1.0 else math.sqrt(1.0 + math.log(ratio) / math.log(original))
+
+
 class Reference:
     """A decoder with its weights cast once to `dtype`, and an optional KV cache.
 
@@ -76,7 +94,6 @@ class Reference:
         self.spec = loaded.spec
         self.dtype = dtype
         self.w = {k: np.asarray(v, dtype=dtype) for k, v in loaded.weights.items()}
-        self.inv_freq = rope_inv_freq(self.spec)
         self.reset()
 
     def reset(self):
@@ -144,28 +161,57 @@ class Reference:
             raise ValueError(f"token id outside [0, {s.vocab_size})")
         T, D, nH, nKV = tokens.size, s.head_dim, s.num_heads, s.num_kv_heads
         group = nH // nKV
-        pos = np.arange(self.length, self.length + T, dtype=np.float64)
-        ang = pos[:, None] * self.inv_freq[None, :]                      # [T, D/2]
-        cos = np.cos(np.concatenate([ang, ang], axis=-1))[:, None, :].astype(self.dtype)
-        sin = np.sin(np.concatenate([ang, ang], axis=-1))[:, None, :].astype(self.dtype)
         total = self.length + T
+        pos = np.arange(self.length, total, dtype=np.float64)
+
+        def rotation(inv_freq, magnitude=1.0):
+            ang = pos[:, None] * inv_freq[None, :]                           # [T, R/2]
+            cos = np.cos(np.concatenate([ang, ang], axis=-1))[:, None, :] * magnitude
+            sin = np.sin(np.concatenate([ang, ang], axis=-1))[:, None, :] * magnitude
+            return cos.astype(self.dtype), sin.astype(self.dtype)
+
+        if s.long_rope():   # the long factors once the sequence passes the original length
+            long = total > int(s.rope_scaling["original_max_position_embeddings"])
+            rope = rotation(rope_inv_freq(s, long=long), _long_rope_magnitude(s))
+        else:
+            rope = rotation(rope_inv_freq(s))
+        local_rope = rotation(rope_inv_freq(s, s.local_rope_theta, scaled=False)) if s.local_rope_theta else rope
+        R = s.rotary_dims()
+
+        def rotate(x, layer):
+            cos, sin = local_rope if s.windowed(layer) else rope
+            turned = x[..., :R] * cos + _rotate_half(x[..., :R]) * sin
+            return np.concatenate([turned, x[..., R:]], axis=-1)
+
+        def norm(x, name):
+            return _rms_norm(x, s.norm_offset + w[name], s.rms_norm_eps)
+
+        def mlp(i, h):
+            p = f"model.layers.{i}.mlp."
+            gate = h @ w[p + "gate_proj.weight"].T
+            up = h @ w[p + "up_proj.weight"].T
+            act = _silu(gate) if s.activation == "silu" else _gelu_tanh(gate)
+            return (act * up) @ w[p + "down_proj.weight"].T
+
+        def residual(x, i, out, which):
+            if s.output_norms:
+                out = norm(out, f"model.layers.{i}.{which}_output_norm.weight")
+            return x + s.residual_multiplier * out
+
         qpos = np.arange(self.length, total)[:, None]
         kpos = np.arange(total)[None, :]
         allowed = kpos <= qpos
         mask = np.where(allowed, 0.0, -np.inf).astype(self.dtype)          # [T, total]
         if s.sliding_window:                                                # q - W < k <= q
             window_mask = np.where(allowed & (kpos > qpos - s.sliding_window), 0.0, -np.inf).astype(self.dtype)
-        x = w["model.embed_tokens.weight"][tokens]                          # [T, H]
+        x = w["model.embed_tokens.weight"][tokens] * s.embedding_multiplier   # [T, H]
         for i in range(s.num_layers):
             p = f"model.layers.{i}."
-            h = _rms_norm(x, w[p + "input_layernorm.weight"], s.rms_norm_eps)
+            h = norm(x, p + "input_layernorm.weight")
             kind = s.layer_type(i)
             if kind != "attention":
-                x = x + (self._conv(i, h) if kind == "conv" else self._recurrent(i, h))
-                h = _rms_norm(x, w[p + "post_attention_layernorm.weight"], s.rms_norm_eps)
-                gate = h @ w[p + "mlp.gate_proj.weight"].T
-                up = h @ w[p + "mlp.up_proj.weight"].T
-                x = x + (_silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+                x = residual(x, i, self._conv(i, h) if kind == "conv" else self._recurrent(i, h), "attention")
+                x = residual(x, i, mlp(i, norm(x, p + "post_attention_layernorm.weight")), "mlp")
                 continue
             q = h @ w[p + "self_attn.q_proj.weight"].T
             k = h @ w[p + "self_attn.k_proj.weight"].T
@@ -177,8 +223,10 @@ class Reference:
             q = q.reshape(T, nH, D)
             k = k.reshape(T, nKV, D)
             v = v.reshape(T, nKV, D)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            if s.qk_norm:
+                q = norm(q, p + "self_attn.q_norm.weight")
+                k = norm(k, p + "self_attn.k_norm.weight")
+            q, k = rotate(q, i), rotate(k, i)
             if self.keys[i] is not None:
                 k = np.concatenate([self.keys[i], k], axis=0)
                 v = np.concatenate([self.values[i], v], axis=0)
@@ -187,20 +235,23 @@ class Reference:
             kh = np.repeat(k.transpose(1, 0, 2), group, axis=0)            # [nH, total, D]
             vh = np.repeat(v.transpose(1, 0, 2), group, axis=0)
             layer_mask = window_mask if s.windowed(i) else mask
-            scores = q.transpose(1, 0, 2) @ kh.transpose(0, 2, 1) * (1.0 / math.sqrt(D)) + layer_mask
+            scores = q.transpose(1, 0, 2) @ kh.transpose(0, 2, 1) * s.scale()
+            if s.attention_softcap:
+                scores = s.attention_softcap * np.tanh(scores / s.attention_softcap)
+            scores = scores + layer_mask
             scores = scores - scores.max(axis=-1, keepdims=True)
             probs = np.exp(scores)
             probs /= probs.sum(axis=-1, keepdims=True)
             attn = (probs @ vh).transpose(1, 0, 2).reshape(T, nH * D)
-            x = x + attn @ w[p + "self_attn.o_proj.weight"].T
-            h = _rms_norm(x, w[p + "post_attention_layernorm.weight"], s.rms_norm_eps)
-            gate = h @ w[p + "mlp.gate_proj.weight"].T
-            up = h @ w[p + "mlp.up_proj.weight"].T
-            x = x + (_silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+            x = residual(x, i, attn @ w[p + "self_attn.o_proj.weight"].T, "attention")
+            x = residual(x, i, mlp(i, norm(x, p + "post_attention_layernorm.weight")), "mlp")
         self.length = total
-        x = _rms_norm(x, w["model.norm.weight"], s.rms_norm_eps)
+        x = norm(x, "model.norm.weight")
         head = w["model.embed_tokens.weight"] if s.tie_word_embeddings else w["lm_head.weight"]
-        return x @ head.T
+        logits = (x @ head.T) * s.logits_multiplier
+        if s.final_softcap:
+            logits = s.final_softcap * np.tanh(logits / s.final_softcap)
+        return logits
 
 
 def forward(loaded: LoadedModel, tokens, dtype=np.float64) -> np.ndarray:

@@ -1,9 +1,10 @@
 """Load a Hugging Face checkpoint directory (config.json + *.safetensors) into a `LoadedModel`.
 
-Supported `architectures`: LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM. Weights are
-read with `safetensors.numpy` and cast to float32 (bfloat16 tensors, which numpy lacks, are
-widened by hand). HF names and layouts are used as they are; tokenizer.json and
-tokenizer_config.json are passed through when present.
+The architecture comes from the registry (oga.models.architectures: config.json's `architectures`,
+else `model_type`), which also says how its config maps onto the DecoderSpec and which of its weight
+names differ from oga's canonical ones. Weights are read with `safetensors.numpy` and cast to float32
+(bfloat16 tensors, which numpy lacks, are widened by hand); tokenizer.json and tokenizer_config.json
+are passed through when present.
 """
 
 from __future__ import annotations
@@ -14,64 +15,28 @@ import struct
 
 import numpy as np
 
+from . import architectures
+from .architectures.hf_config import common_fields
 from .spec import DecoderSpec, LoadedModel
-
-_ARCHITECTURES = {
-    "LlamaForCausalLM": "llama",
-    "Qwen2ForCausalLM": "qwen2",
-    "MistralForCausalLM": "mistral",
-}
 
 
 def spec_from_config(config: dict) -> DecoderSpec:
     """DecoderSpec from an HF config.json dict."""
-    archs = config.get("architectures") or []
-    arch = next((_ARCHITECTURES[a] for a in archs if a in _ARCHITECTURES), None)
-    if arch is None:
-        arch = {"llama": "llama", "qwen2": "qwen2", "mistral": "mistral"}.get(
-            config.get("model_type"))
-    if arch is None:
-        raise NotImplementedError(
-            f"config.json architectures {archs} (model_type {config.get('model_type')!r}) are "
-            f"not supported; supported: {', '.join(_ARCHITECTURES)}")
-    hidden = int(config["hidden_size"])
-    heads = int(config["num_attention_heads"])
-    eos = config.get("eos_token_id", 2)
-    eos_ids = [int(e) for e in (eos if isinstance(eos, list) else [eos])]
-    pad = config.get("pad_token_id")
-    sliding = config.get("sliding_window")
-    if arch == "qwen2" and not config.get("use_sliding_window", False):
-        sliding = None
-    if arch == "llama":
-        sliding = None
-    rope_scaling = config.get("rope_scaling")
-    if rope_scaling is not None:
-        rope_scaling = dict(rope_scaling)
-        kind = rope_scaling.get("rope_type", rope_scaling.get("type"))
-        rope_scaling["rope_type"] = kind
-        if kind == "default":
-            rope_scaling = None
-    tie = config.get("tie_word_embeddings")
-    return DecoderSpec(
-        architecture=arch,
-        vocab_size=int(config["vocab_size"]),
-        hidden_size=hidden,
-        intermediate_size=int(config["intermediate_size"]),
-        num_layers=int(config["num_hidden_layers"]),
-        num_heads=heads,
-        num_kv_heads=int(config.get("num_key_value_heads") or heads),
-        head_dim=int(config.get("head_dim") or hidden // heads),
-        rope_theta=float(config.get("rope_theta", 10000.0)),
-        rope_scaling=rope_scaling,
-        rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
-        context_length=int(config.get("max_position_embeddings", 4096)),
-        tie_word_embeddings=bool(tie) if tie is not None else arch != "llama",
-        qkv_bias=arch == "qwen2" or bool(config.get("attention_bias", False)),
-        sliding_window=int(sliding) if sliding else None,
-        bos_token_id=int(config.get("bos_token_id", 1) or 0),
-        eos_token_ids=eos_ids,
-        pad_token_id=int(pad) if pad is not None else eos_ids[0],
-    )
+    architecture = architectures.for_hf_config(config)
+    fields = common_fields(config)
+    fields.update(architecture.features(config))
+    return DecoderSpec(architecture=architecture.name, **fields)
+
+
+def canonical_weights(weights: dict, spec: DecoderSpec) -> None:
+    """Renames (and splits) an HF checkpoint's weights into oga's canonical names, in place."""
+    architecture = architectures.REGISTRY[spec.architecture]
+    architectures.split_fused(architecture, weights, spec)
+    for old, new in architecture.hf_weight_renames.items():
+        moved = {}
+        for name in [k for k in weights if k.startswith("model.layers.") and k.endswith("." + old)]:
+            moved[name[:-len(old)] + new] = weights.pop(name)
+        weights.update(moved)
 
 
 def _read_safetensors(path: str) -> dict[str, np.ndarray]:
@@ -113,6 +78,7 @@ def load_safetensors(hf_dir: str | os.PathLike) -> LoadedModel:
     # Checkpoints often carry non-parameter buffers; drop the known ones.
     for key in [k for k in weights if k.endswith("rotary_emb.inv_freq")]:
         del weights[key]
+    canonical_weights(weights, spec)
     if spec.tie_word_embeddings:
         weights.pop("lm_head.weight", None)
     elif "lm_head.weight" not in weights:

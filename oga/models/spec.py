@@ -1,9 +1,14 @@
 """Decoder model description shared by the loaders, the graph builders and the reference.
 
-A `DecoderSpec` names the shape hyper-parameters of a Llama-family decoder (Llama, SmolLM,
-Qwen2, Mistral, and decoders that window only some layers); a `LoadedModel` pairs it with float32
-weights under Hugging Face names and layouts ([out_features, in_features] for linear weights, RoPE
-in HF's rotate_half convention), plus the tokenizer files when the source carries them.
+A `DecoderSpec` names the shape hyper-parameters and the features of a decoder: the Llama layout
+(RMSNorm -> attention -> residual -> RMSNorm -> gated MLP -> residual) and what the architectures of
+the registry (oga.models.architectures) change in it: norm offsets, the MLP's activation, q/k norms,
+norms on the sub-layers' outputs, embedding / residual / attention / logit multipliers, softcaps,
+windows, partial rotary, a second RoPE base for windowed layers, LongRoPE. The defaults are Llama's,
+so a feature costs nothing where it is absent. A `LoadedModel` pairs the spec with float32 weights
+under oga's canonical names (Hugging Face Llama names, plus those listed in weight_shapes) and
+layouts ([out_features, in_features] for linear weights, RoPE in HF's rotate_half convention), plus
+the tokenizer files when the source carries them.
 """
 
 from __future__ import annotations
@@ -12,13 +17,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-ARCHITECTURES = ("llama", "qwen2", "mistral")
 LAYER_TYPES = ("attention", "conv", "recurrent")
+ACTIVATIONS = ("silu", "gelu_tanh")
 
 
 @dataclass
 class DecoderSpec:
-    architecture: str            # "llama" (Llama, SmolLM), "qwen2", "mistral"
+    architecture: str            # a name of oga.models.architectures (genai_config's model.type)
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -50,6 +55,20 @@ class DecoderSpec:
     # per-head scalar). None: every layer is an attention layer. At least one must be attention.
     layer_types: list[str] | None = None
     conv_kernel: int = 4
+    # Features (defaults: Llama's).
+    norm_offset: float = 0.0              # RMSNorm scales by (norm_offset + weight): Gemma's 1
+    activation: str = "silu"              # the gated MLP's activation: "silu" or "gelu_tanh" (Gemma)
+    qk_norm: bool = False                 # RMSNorm of each q / k head before RoPE (Qwen3, Gemma3)
+    output_norms: bool = False            # RMSNorm of the attention and MLP outputs before each
+                                          # residual add (Gemma2, Gemma3)
+    embedding_multiplier: float = 1.0     # embeddings times this (Gemma: sqrt(hidden); Granite)
+    residual_multiplier: float = 1.0      # residual + this * sub-layer output (Granite)
+    attention_scale: float | None = None  # scores' scale (None: 1 / sqrt(head_dim))
+    attention_softcap: float = 0.0        # scores s -> c * tanh(s / c) (Gemma2; 0: none)
+    final_softcap: float = 0.0            # logits z -> c * tanh(z / c) (Gemma2; 0: none)
+    logits_multiplier: float = 1.0        # logits times this (Granite: 1 / logits_scaling)
+    rotary_dim: int | None = None         # dimensions of a head that rotate (None: all; Phi-4-mini)
+    local_rope_theta: float | None = None  # the windowed layers' own RoPE base (Gemma3)
 
     def layer_type(self, layer: int) -> str:
         """"attention", "conv" or "recurrent"."""
@@ -78,6 +97,31 @@ class DecoderSpec:
     def ring_layers(self) -> list[int]:
         """The layers the paged builders keep in a sliding-window ring (sorted; [] = none)."""
         return sorted(self.sliding_window_layers) if self.sliding_window_layers is not None else []
+
+    def features(self) -> list[str]:
+        """The features this spec uses beyond the Llama layout (their field names), for builders
+        that implement only some of them to refuse the rest by name."""
+        defaults = {"norm_offset": 0.0, "activation": "silu", "qk_norm": False, "output_norms": False,
+                    "embedding_multiplier": 1.0, "residual_multiplier": 1.0, "attention_scale": None,
+                    "attention_softcap": 0.0, "final_softcap": 0.0, "logits_multiplier": 1.0, "rotary_dim": None,
+                    "local_rope_theta": None}
+        used = [name for name, default in defaults.items() if getattr(self, name) != default]
+        if self.long_rope():
+            used.append("rope_scaling (longrope)")
+        return used
+
+    def rotary_dims(self) -> int:
+        """The head dimensions RoPE rotates (the first ones)."""
+        return int(self.rotary_dim or self.head_dim)
+
+    def scale(self) -> float:
+        """The attention scores' scale."""
+        return float(self.attention_scale) if self.attention_scale else 1.0 / float(np.sqrt(self.head_dim))
+
+    def long_rope(self) -> bool:
+        """LongRoPE (Phi-3.5, Phi-4-mini): short and long RoPE tables, the long ones for sequences
+        longer than rope_scaling's original_max_position_embeddings."""
+        return bool(self.rope_scaling) and self.rope_scaling.get("rope_type") == "longrope"
 
     def weight_shapes(self) -> dict[str, tuple[int, ...]]:
         """Every weight name this spec requires, with its HF shape."""
@@ -108,6 +152,13 @@ class DecoderSpec:
                     shapes[p + "self_attn.q_proj.bias"] = (q,)
                     shapes[p + "self_attn.k_proj.bias"] = (kv,)
                     shapes[p + "self_attn.v_proj.bias"] = (kv,)
+                if self.qk_norm:
+                    shapes[p + "self_attn.q_norm.weight"] = (D,)
+                    shapes[p + "self_attn.k_norm.weight"] = (D,)
+            if self.output_norms:
+                # the attention (or conv / recurrent) output's norm, then the MLP output's
+                shapes[p + "attention_output_norm.weight"] = (H,)
+                shapes[p + "mlp_output_norm.weight"] = (H,)
             shapes[p + "post_attention_layernorm.weight"] = (H,)
             shapes[p + "mlp.gate_proj.weight"] = (I, H)
             shapes[p + "mlp.up_proj.weight"] = (I, H)
@@ -119,9 +170,32 @@ class DecoderSpec:
 
     def check(self) -> None:
         """Raise ValueError when the hyper-parameters are inconsistent."""
-        if self.architecture not in ARCHITECTURES:
+        from . import architectures
+        if self.architecture not in architectures.REGISTRY:
             raise ValueError(f"unsupported architecture {self.architecture!r}; "
-                             f"expected one of {ARCHITECTURES}")
+                             f"expected one of {', '.join(architectures.REGISTRY)}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        for name in ("embedding_multiplier", "residual_multiplier", "logits_multiplier"):
+            if not np.isfinite(getattr(self, name)) or getattr(self, name) == 0:
+                raise ValueError(f"{name} must be finite and nonzero, got {getattr(self, name)}")
+        for name in ("attention_softcap", "final_softcap"):
+            if not np.isfinite(getattr(self, name)) or getattr(self, name) < 0:
+                raise ValueError(f"{name} must be finite and >= 0 (0: none), got {getattr(self, name)}")
+        if self.attention_scale is not None and not (np.isfinite(self.attention_scale) and self.attention_scale > 0):
+            raise ValueError(f"attention_scale must be positive (None: 1 / sqrt(head_dim)), got {self.attention_scale}")
+        if self.rotary_dim is not None and not (0 < int(self.rotary_dim) <= self.head_dim and self.rotary_dim % 2 == 0):
+            raise ValueError(f"rotary_dim must be even and in (0, head_dim={self.head_dim}], got {self.rotary_dim}")
+        if self.local_rope_theta is not None and not self.sliding_window:
+            raise ValueError("local_rope_theta (the windowed layers' RoPE base) needs a sliding_window")
+        if self.long_rope():
+            for key in ("short_factor", "long_factor", "original_max_position_embeddings"):
+                if key not in self.rope_scaling:
+                    raise ValueError(f"LongRoPE rope_scaling lacks {key}")
+            for key in ("short_factor", "long_factor"):
+                if len(self.rope_scaling[key]) != self.rotary_dims() // 2:
+                    raise ValueError(f"LongRoPE {key} has {len(self.rope_scaling[key])} entries; rotary_dim "
+                                     f"{self.rotary_dims()} needs {self.rotary_dims() // 2}")
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers",
                      "num_heads", "num_kv_heads", "head_dim", "context_length"):
             if int(getattr(self, name)) <= 0:

@@ -15,6 +15,7 @@ stops the owner thread.
 """
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 import oga as og
 
@@ -39,6 +41,7 @@ from .openai_protocol import (
     parse_completion_request,
     parse_json_body,
     response_body,
+    unicode_text,
 )
 from .settings import ServeSettings
 from .turn_text import TurnText
@@ -68,16 +71,6 @@ def start_engine_owner(settings: ServeSettings) -> EngineOwner:
     return owner
 
 
-
-def _unicode(text: str, field: str) -> str:
-    """`text`, refused when it is not valid Unicode: JSON's \\ud800 escapes decode to lone surrogates,
-    which no tokenizer encodes."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise bad_request(f"Invalid '{field}': the text holds a lone UTF-16 surrogate, which is not valid Unicode.",
-                          field) from None
-    return text
 
 class _TurnProgress:
     """Keeps one turn's share of the metrics and of the server's waiting / in-flight counts right,
@@ -227,9 +220,9 @@ class Server:
                 text = tokenizer.apply_chat_template(json.dumps(generation.messages), add_generation_prompt=True)
             except RuntimeError as e:
                 raise bad_request(f"The chat template cannot render these messages: {e}", "messages") from None
-            prompt = tokenizer.encode(_unicode(text, "messages"))
+            prompt = tokenizer.encode(unicode_text(text, "messages"))
         elif generation.prompt_text is not None:
-            prompt = tokenizer.encode(_unicode(generation.prompt_text, "prompt"))
+            prompt = tokenizer.encode(unicode_text(generation.prompt_text, "prompt"))
         else:
             if not all(0 <= t < 2 ** 31 for t in generation.prompt_tokens):
                 raise bad_request("Invalid 'prompt': token ids must be in [0, 2**31).", "prompt")
@@ -253,7 +246,19 @@ class Server:
         if generation.min_tokens > max_tokens:
             raise bad_request(f"'min_tokens' ({generation.min_tokens}) exceeds the {max_tokens} tokens this "
                               "request may generate.", "min_tokens")
-        return TurnSpec(prompt, max_tokens, generation.policy)
+        policy = generation.policy
+        if "top_k" in policy and policy["top_k"][0] > self.vocab_size:
+            # Beyond the vocabulary top_k keeps every token, which top_k = vocab_size says (the engine
+            # refuses a larger one).
+            policy = {**policy, "top_k": (self.vocab_size,)}
+        return TurnSpec(prompt, max_tokens, policy)
+
+    @functools.cached_property
+    def vocab_size(self) -> int:
+        """The model's vocabulary size (model.vocab_size, as the engine reads it)."""
+        from oga import testing
+
+        return int(testing.decoder_names(self.settings.model_dir)["vocab_size"])
 
     async def generate(self, request: Request, route: str):
         arrived = time.perf_counter()
@@ -262,7 +267,15 @@ class Server:
                 raise self._unavailable("The server is shutting down.")
             if not self.healthy:
                 raise self._unavailable(f"The engine is not available: {self.owner.failure if self.owner else ''}")
-            document = parse_json_body(await self._read_body(request))
+            try:
+                body = await self._read_body(request)
+            except ClientDisconnect:
+                # Nobody to answer: one line, not a traceback per dropped upload.
+                logger.warning("oga serve: the client of %s %s went away before its request body was complete",
+                               request.method, request.url.path)
+                self.metrics.requests.labels(route, "cancelled").inc()
+                return Response(status_code=499)
+            document = parse_json_body(body)
             generation = (parse_chat_request if route == "chat" else parse_completion_request)(document)
             if generation.model != self.settings.model_name:
                 raise OpenAIError(404, f"The model '{generation.model}' does not exist; this server serves "
@@ -294,7 +307,7 @@ class Server:
             progress.end("failed")
             raise RuntimeError(f"unexpected first event of a turn: {first!r}")
         self.metrics.prompt_tokens.inc(int(spec.prompt.size))
-        text = TurnText(self.owner.tokenizer, generation.stop)
+        text = TurnText(self.owner.tokenizer, generation.stop, generation.engine_stops)
         response_id = new_id(generation.kind)
         if generation.stream:
             writer = ChunkWriter(generation.kind, response_id, self.settings.model_name)
@@ -323,7 +336,9 @@ class Server:
                     piece = text.add(item.token)
                     if piece:
                         yield writer.text(piece)
-                    continue
+                    item = self._server_stop(turn, text)
+                    if item is None:
+                        continue
                 piece = text.finish(item.stop_string_index if item.reason == _FINISH_STOP_STRING else -1)
                 if piece:
                     yield writer.text(piece)
@@ -349,7 +364,9 @@ class Server:
                 if type(item) is Token:
                     progress.token(item.at)
                     pieces.append(text.add(item.token))
-                    continue
+                    item = self._server_stop(turn, text)
+                    if item is None:
+                        continue
                 pieces.append(text.finish(item.stop_string_index if item.reason == _FINISH_STOP_STRING else -1))
                 return "".join(pieces), item
 
@@ -378,6 +395,17 @@ class Server:
             raise self._turn_error(finished)
         return JSONResponse(response_body(generation.kind, response_id, int(time.time()), self.settings.model_name,
                                           answer, finish_reason, finished.prompt_tokens, finished.generated_tokens))
+
+    def _server_stop(self, turn, text):
+        """When the text now holds a stop string the server matches (one the engine cannot take), the
+        turn ends here: its request is cancelled (the engine's later events go unread) and the answer
+        finishes on that stop string as an engine-matched one would. Else None."""
+        index = text.server_stop()
+        if index < 0:
+            return None
+        self.owner.cancel(turn)
+        return Finished(_FINISH_STOP_STRING, index, int(turn.spec.prompt.size), text.tokens,
+                        "", time.perf_counter())
 
     def _turn_error(self, finished: Finished) -> OpenAIError:
         if finished.reason == _FINISH_CANCELLED:
@@ -417,8 +445,11 @@ class _ReplicaHeaders:
         return await self.app(scope, receive, send_with_headers)
 
 
-def _error_response(error: OpenAIError) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+def _error_response(error: OpenAIError) -> Response:
+    # ASCII JSON: a message may echo the client's text, and JSON's \ud800 escapes decode to lone
+    # surrogates, which UTF-8 cannot encode (JSONResponse's UTF-8 rendering would fail: a 500).
+    return Response(json.dumps(error.body()), status_code=error.status, headers=error.headers,
+                    media_type="application/json")
 
 
 def default_replica_id() -> str:

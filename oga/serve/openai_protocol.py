@@ -1,11 +1,14 @@
 """The OpenAI wire format `oga serve` speaks: request validation, errors, response bodies.
 
-Requests are checked field by field against what the engine can honour. Every OpenAI field oga
-implements is applied; a field oga does not implement is accepted only at the value that asks for
-what oga does anyway (``n: 1``, ``logprobs: false``, ``presence_penalty: 0``, ...) and otherwise
-refused with a 400 naming it, as is any field OpenAI itself does not know (OpenAI answers unknown
-fields the same way). Three non-OpenAI sampling fields that engines commonly accept are
-implemented: ``top_k``, ``repetition_penalty`` and ``min_tokens``.
+Requests are checked field by field against OpenAI's chat completions and completions request
+schemas (the `openai` client's `completion_create_params` types). Every field oga implements is
+applied; a field that asks for nothing that changes the answer (`user`, `metadata`, prompt-cache
+hints, ...) is accepted with its type checked and ignored; a field oga does not implement is
+accepted only at the value that asks for what oga does anyway (``n: 1``, ``logprobs: false``,
+``presence_penalty: 0``, ...) and otherwise refused with a 400 that names it as unsupported, as is
+any field OpenAI itself does not know (OpenAI answers unknown fields the same way). Three non-OpenAI
+sampling fields that engines commonly accept are implemented: ``top_k``, ``repetition_penalty`` and
+``min_tokens``. The README's Serving section lists every field and what oga does with it.
 """
 import dataclasses
 import json
@@ -39,19 +42,32 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
 _CHAT_ONLY_AT = {
     "n": (1,), "logprobs": (False,), "top_logprobs": (0,), "presence_penalty": (0,), "frequency_penalty": (0,),
     "logit_bias": ({},), "tools": ([],), "tool_choice": ("none",), "functions": ([],), "function_call": ("none",),
-    "parallel_tool_calls": (), "store": (False,), "metadata": ({},), "user": (), "safety_identifier": (),
-    "prompt_cache_key": (), "service_tier": (), "modalities": (["text"],), "audio": (), "prediction": (),
-    "reasoning_effort": (), "verbosity": (), "web_search_options": (),
+    "store": (False,), "service_tier": ("auto", "default"), "modalities": (["text"],), "audio": (),
+    "reasoning_effort": ("none",), "verbosity": ("medium",), "web_search_options": (), "moderation": (),
 }
 _COMPLETION_ONLY_AT = {
     "n": (1,), "best_of": (1,), "echo": (False,), "logprobs": (0,), "suffix": ("",), "presence_penalty": (0,),
-    "frequency_penalty": (0,), "logit_bias": ({},), "user": (),
+    "frequency_penalty": (0,), "logit_bias": ({},),
 }
+# Fields accepted whatever their value (its type checked) and ignored: nothing they ask for changes
+# the answer. End-user ids for OpenAI's abuse monitoring and labels of stored completions (oga has
+# neither); prompt-cache hints (oga's prefix cache reuses any shared prefix, with no key);
+# predicted output (only a speed-up at OpenAI; the answer is the model's either way); and
+# parallel_tool_calls, which concerns tool calls (oga makes none: tools must be empty).
+_CHAT_IGNORED = {"user": str, "safety_identifier": str, "metadata": dict, "prompt_cache_key": str,
+                 "prompt_cache_retention": str, "prompt_cache_options": dict, "prediction": dict,
+                 "parallel_tool_calls": bool}
+_COMPLETION_IGNORED = {"user": str}
+_TYPE_NAMES = {str: "a string", dict: "an object", bool: "a boolean"}
 _SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options",
                     "top_k", "repetition_penalty", "min_tokens")
 _CHAT_FIELDS = frozenset(("model", "messages", "max_completion_tokens", "response_format") + _SAMPLING_FIELDS)
 _COMPLETION_FIELDS = frozenset(("model", "prompt") + _SAMPLING_FIELDS)
 _MESSAGE_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+_UNSUPPORTED_ROLES = ("tool", "function")   # tool results: oga makes no tool calls
+# Message keys of the schema oga does not implement, accepted only absent or null (tool_calls also
+# empty): an assistant's tool calls, refusal text and audio, a tool message's call id.
+_MESSAGE_ONLY_NULL = {"tool_calls": ([],), "function_call": (), "refusal": (), "audio": (), "tool_call_id": ()}
 _MAX_STOP_STRINGS = 4
 
 
@@ -66,7 +82,8 @@ class GenerationRequest:
     prompt_tokens: list | None = None
     max_tokens: int | None = None             # None: chat, what the context leaves; completions, 16
     min_tokens: int = 0
-    stop: list = dataclasses.field(default_factory=list)
+    stop: list = dataclasses.field(default_factory=list)    # the engine's stop strings first, then the rest
+    engine_stops: int = 0                     # stop[:engine_stops] go to the engine; the server matches the rest
     stream: bool = False
     include_usage: bool = False
     policy: dict = dataclasses.field(default_factory=dict)   # og.TurnOptions setter -> argument tuple
@@ -85,7 +102,7 @@ def parse_json_body(body: bytes):
 
 
 def parse_chat_request(document: dict) -> GenerationRequest:
-    _check_fields(document, _CHAT_FIELDS, _CHAT_ONLY_AT)
+    _check_fields(document, _CHAT_FIELDS, _CHAT_ONLY_AT, _CHAT_IGNORED)
     request = GenerationRequest("chat", _model(document))
     request.messages = _messages(document.get("messages"))
     max_tokens = document.get("max_tokens")
@@ -100,7 +117,7 @@ def parse_chat_request(document: dict) -> GenerationRequest:
 
 
 def parse_completion_request(document: dict) -> GenerationRequest:
-    _check_fields(document, _COMPLETION_FIELDS, _COMPLETION_ONLY_AT)
+    _check_fields(document, _COMPLETION_FIELDS, _COMPLETION_ONLY_AT, _COMPLETION_IGNORED)
     request = GenerationRequest("completion", _model(document))
     _prompt(document.get("prompt"), request)
     _sampling(document, request)   # max_tokens absent: OpenAI's 16, applied where the context is known
@@ -110,16 +127,28 @@ def parse_completion_request(document: dict) -> GenerationRequest:
 # ---- field checks ---------------------------------------------------------------------------------
 
 
-def _check_fields(document, known, only_at):
+def _check_fields(document, known, only_at, ignored):
     for name, value in document.items():
         if name in known:
             continue
-        if name in only_at:
-            if value is None or any(_same(value, allowed) for allowed in only_at[name]):
-                continue
-            raise bad_request(f"'{name}' is not supported by oga serve (only {_describe(only_at[name])}).", name,
-                              "unsupported_parameter")
-        raise bad_request(f"Unrecognized request argument supplied: {name}", name, "unrecognized_parameter")
+        if name in ignored:
+            if value is not None and not isinstance(value, ignored[name]):
+                raise bad_request(f"Invalid type for '{name}': expected {_TYPE_NAMES[ignored[name]]}.", name,
+                                  "invalid_type")
+            continue
+        _only_at(name, value, only_at)
+
+
+def _only_at(name, value, only_at, where=None):
+    """Accepts `value` of the field `name` when it is null or one of only_at[name]; refuses it as
+    unsupported otherwise, and refuses a name outside the schema as OpenAI does."""
+    where = where or name
+    if name in only_at:
+        if value is None or any(_same(value, allowed) for allowed in only_at[name]):
+            return
+        raise bad_request(f"'{where}' is not supported by oga serve (only {_describe(only_at[name])}).", where,
+                          "unsupported_parameter")
+    raise bad_request(f"Unrecognized request argument supplied: {where}", where, "unrecognized_parameter")
 
 
 def _same(value, allowed):
@@ -181,6 +210,7 @@ def _sampling(document, request):
     if top_p is not None:
         top_p = _number(top_p, "top_p", 0.0, 1.0, low_open=True)
     if top_k is not None:
+        # Any size: the server clamps it to the vocabulary (a top_k beyond it keeps every token).
         if not _is_int(top_k) or top_k < 0:
             raise bad_request("Invalid 'top_k': expected a non-negative integer (0: no limit).", "top_k")
     # temperature 0 and top_k 1 ask for greedy decoding (the engine refuses a temperature or top_p
@@ -213,9 +243,14 @@ def _sampling(document, request):
         request.min_tokens = min_tokens
         if min_tokens:
             policy["min_generated_tokens"] = (min_tokens,)
-    request.stop = _stop(document.get("stop"))
-    if request.stop:
-        policy["stop_strings"] = (list(request.stop),)
+    stops = _stop(document.get("stop"))
+    # The engine takes stop strings as C strings; one holding a NUL character is matched by the
+    # server on the answer's text instead (TurnText), which then ends the turn.
+    engine_stops = [s for s in stops if "\0" not in s]
+    request.stop = engine_stops + [s for s in stops if "\0" in s]
+    request.engine_stops = len(engine_stops)
+    if engine_stops:
+        policy["stop_strings"] = (engine_stops,)
     stream = document.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise bad_request("Invalid type for 'stream': expected a boolean.", "stream", "invalid_type")
@@ -224,8 +259,13 @@ def _sampling(document, request):
     if options is not None:
         if not request.stream:
             raise bad_request("'stream_options' is only allowed when 'stream' is true.", "stream_options")
-        if not isinstance(options, dict) or set(options) - {"include_usage"}:
-            raise bad_request("'stream_options' supports only 'include_usage'.", "stream_options")
+        if not isinstance(options, dict):
+            raise bad_request("Invalid type for 'stream_options': expected an object.", "stream_options",
+                              "invalid_type")
+        for name, value in options.items():
+            if name != "include_usage":
+                # include_obfuscation pads stream chunks against length side channels: not done.
+                _only_at(name, value, {"include_obfuscation": (False,)}, f"stream_options.{name}")
         include_usage = options.get("include_usage", False)
         if not isinstance(include_usage, bool):
             raise bad_request("Invalid type for 'stream_options.include_usage': expected a boolean.",
@@ -243,7 +283,20 @@ def _stop(value):
         raise bad_request(f"Invalid 'stop': at most {_MAX_STOP_STRINGS} stop sequences.", "stop")
     if any(s == "" for s in stops):
         raise bad_request("Invalid 'stop': stop sequences must not be empty.", "stop")
+    for s in stops:
+        unicode_text(s, "stop")
     return list(dict.fromkeys(stops))
+
+
+def unicode_text(text: str, field: str) -> str:
+    """`text`, refused when it is not valid Unicode: JSON's \\ud800 escapes decode to lone
+    surrogates, which no tokenizer encodes and no answer can contain."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise bad_request(f"Invalid '{field}': the text holds a lone UTF-16 surrogate, which is not valid Unicode.",
+                          field) from None
+    return text
 
 
 def _messages(value):
@@ -254,18 +307,22 @@ def _messages(value):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
             raise bad_request(f"Invalid '{where}': expected an object.", where)
-        unknown = set(message) - {"role", "content", "name"}
-        if unknown:
-            field = sorted(unknown)[0]
-            raise bad_request(f"'{where}.{field}' is not supported by oga serve (text messages only).",
-                              f"{where}.{field}", "unsupported_parameter")
         role = message.get("role")
+        if role in _UNSUPPORTED_ROLES:
+            raise bad_request(f"'{where}.role' {json.dumps(role)} is not supported by oga serve (it makes no tool "
+                              "calls).", f"{where}.role", "unsupported_parameter")
         if role not in _MESSAGE_ROLES:
             raise bad_request(f"Invalid '{where}.role': {json.dumps(role)}; oga serve supports "
                               f"{', '.join(sorted(_MESSAGE_ROLES))}.", f"{where}.role")
-        if message.get("name") is not None:
-            raise bad_request(f"'{where}.name' is not supported by oga serve.", f"{where}.name",
-                              "unsupported_parameter")
+        for key, field in message.items():
+            if key in ("role", "content"):
+                continue
+            if key == "name":
+                if field is not None:
+                    raise bad_request(f"'{where}.name' is not supported by oga serve (the chat template has no "
+                                      "place for participant names).", f"{where}.name", "unsupported_parameter")
+                continue
+            _only_at(key, field, _MESSAGE_ONLY_NULL, f"{where}.{key}")
         messages.append({"role": _MESSAGE_ROLES[role], "content": _message_text(message.get("content"), where)})
     return messages
 
@@ -276,10 +333,20 @@ def _message_text(content, where):
     if isinstance(content, list):
         pieces = []
         for j, part in enumerate(content):
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str) \
-                    or set(part) - {"type", "text"}:
-                raise bad_request(f"Invalid '{where}.content[{j}]': oga serve supports text parts only "
-                                  '({"type": "text", "text": ...}).', f"{where}.content[{j}]")
+            at = f"{where}.content[{j}]"
+            if not isinstance(part, dict):
+                raise bad_request(f"Invalid '{at}': expected an object.", at)
+            kind = part.get("type")
+            if kind != "text":
+                raise bad_request(f"'{at}' of type {json.dumps(kind)} is not supported by oga serve (text parts "
+                                  'only: {"type": "text", "text": ...}).', at, "unsupported_parameter")
+            if not isinstance(part.get("text"), str):
+                raise bad_request(f"Invalid '{at}.text': expected a string.", f"{at}.text", "invalid_type")
+            for key in part:
+                # prompt_cache_breakpoint: a prompt-cache hint, ignored (oga's prefix cache needs none)
+                if key not in ("type", "text", "prompt_cache_breakpoint"):
+                    raise bad_request(f"Unrecognized request argument supplied: {at}.{key}", f"{at}.{key}",
+                                      "unrecognized_parameter")
             pieces.append(part["text"])
         return "".join(pieces)
     raise bad_request(f"Invalid '{where}.content': expected a string or an array of text parts.", f"{where}.content")

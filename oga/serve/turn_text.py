@@ -5,19 +5,27 @@ the turn; OpenAI's answer ends before the stop sequence. So while a turn streams
 still become the start of a stop string is held back, and when the turn ends on a stop string the
 text is cut where it begins. Streamed and non-streamed answers are built by the same object, so a
 greedy turn gives the same text both ways.
+
+Stop strings the engine cannot take (from `engine_stops` on: those holding a NUL character, which
+the C API's strings cannot carry) are matched here: `server_stop()` says when one has completed, and
+the handler then ends the turn itself.
 """
 
 
 class TurnText:
-    def __init__(self, tokenizer, stop_strings):
+    def __init__(self, tokenizer, stop_strings, engine_stops=None):
         self._detokenizer = tokenizer.create_stream()
         self._stops = list(stop_strings)
+        self._engine_stops = len(self._stops) if engine_stops is None else engine_stops
         self._longest_stop = max((len(s) for s in self._stops), default=0)
+        self.tokens = 0          # tokens added so far
         self._text = ""          # everything decoded so far
         self._released = 0       # characters of _text handed out by add()
+        self._searched = 0       # characters of _text server_stop() has looked through
 
     def add(self, token: int) -> str:
         """Decodes one generated token; returns the text that is now safe to send (may be '')."""
+        self.tokens += 1
         self._text += self._detokenizer.decode(token)
         safe = min(self._first_stop(), len(self._text) - self._held_back())
         if safe <= self._released:
@@ -39,6 +47,18 @@ class TurnText:
         piece = self._text[self._released:end] if end > self._released else ""
         self._released = max(self._released, end)
         return piece
+
+    def server_stop(self) -> int:
+        """The index of a stop string matched here (not by the engine) that the text now holds, or -1.
+        Text searched before cannot hold a whole one, so the search starts just before its end."""
+        found, first = -1, len(self._text)
+        for index in range(self._engine_stops, len(self._stops)):
+            stop = self._stops[index]
+            at = self._text.find(stop, max(0, self._searched - len(stop) + 1))
+            if 0 <= at < first:   # of two completed by one token, the one that begins first
+                found, first = index, at
+        self._searched = len(self._text)
+        return found
 
     def _first_stop(self) -> int:
         """Where the first complete stop string in the text begins (the text's length if none).

@@ -368,6 +368,9 @@ void ParseDecoderSection(const Value& decoder_section, DecoderConfig& decoder,
       ParseNameMap(RequireObject(value, key), kOutputNameKeys, decoder.outputs);
     } else if (key == "state_groups") {
       state_groups = ParseStateGroups(value);
+    } else if (key == "layer_types") {
+      if (!value.is_array()) FailAt(value, "layer_types must be a list of strings");
+      for (const Value& element : value.elements()) decoder.layer_types.push_back(ReadString(element, key));
     }
   }
 }
@@ -693,8 +696,37 @@ std::string ExpandLayerTemplate(const std::string& name_template, int32_t layer_
 
 namespace {
 
+// The groups model.decoder.layer_types implies (OGA's builder describes LFM2 this way, with
+// past_conv_names / present_conv_names templates and no manifest): attention layers keep a KV
+// cache, conv layers a fixed short-convolution state. Other layer kinds have no binding oga knows.
+std::vector<StateGroup> LayerTypeStateGroups(const DecoderConfig& decoder) {
+  if (static_cast<int64_t>(decoder.layer_types.size()) != decoder.num_hidden_layers) {
+    throw std::runtime_error("model.decoder.layer_types lists " + std::to_string(decoder.layer_types.size()) +
+                             " layers, but num_hidden_layers is " + std::to_string(decoder.num_hidden_layers));
+  }
+  StateGroup attention, conv;
+  attention.kind = StateGroupKind::kPagedKv;
+  conv.kind = StateGroupKind::kFixedConv;
+  for (size_t layer = 0; layer < decoder.layer_types.size(); ++layer) {
+    const std::string& type = decoder.layer_types[layer];
+    if (type == "full_attention" || type == "sliding_attention") {
+      attention.layer_ids.push_back(static_cast<int32_t>(layer));
+    } else if (type == "conv") {
+      conv.layer_ids.push_back(static_cast<int32_t>(layer));
+    } else {
+      throw std::runtime_error("model.decoder.layer_types[" + std::to_string(layer) + "] is '" + type +
+                               "'; oga runs full_attention, sliding_attention and conv layers");
+    }
+  }
+  std::vector<StateGroup> groups;
+  if (!attention.layer_ids.empty()) groups.push_back(std::move(attention));
+  if (!conv.layer_ids.empty()) groups.push_back(std::move(conv));
+  return groups;
+}
+
 std::vector<StateGroup> EffectiveStateGroups(const DecoderConfig& decoder) {
   if (decoder.state_groups) return *decoder.state_groups;
+  if (!decoder.layer_types.empty()) return LayerTypeStateGroups(decoder);
   StateGroup dense;
   dense.kind = StateGroupKind::kPagedKv;
   for (int64_t layer = 0; layer < decoder.num_hidden_layers; ++layer) {

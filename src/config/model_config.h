@@ -120,10 +120,16 @@ struct DecoderConfig {
   std::optional<SlidingWindowConfig> sliding_window;
   DecoderInputNames inputs;
   DecoderOutputNames outputs;
-  // The explicit manifest; nullopt = absent (legacy dense paged KV over 0..num_hidden_layers-1).
+  // model.decoder.layer_types as written (OGA's builder writes it for LFM2: "conv",
+  // "full_attention", ...); read only when there is no explicit manifest. Empty when absent.
+  std::vector<std::string> layer_types;
+  // The explicit manifest; nullopt = absent (legacy dense paged KV over 0..num_hidden_layers-1, or
+  // the groups layer_types implies).
   std::optional<std::vector<StateGroup>> state_groups;
   // The state groups the decoder runs with, resolved once when the configuration is parsed: the
-  // explicit manifest, or the legacy dense paged_kv group over 0..num_hidden_layers-1.
+  // explicit manifest; else, with layer_types, its attention layers as the paged_kv group and its
+  // conv layers as a fixed_conv group; else the legacy dense paged_kv group over
+  // 0..num_hidden_layers-1.
   std::vector<StateGroup> effective_state_groups;
 };
 

@@ -77,6 +77,10 @@ struct EngineSizing {
   size_t max_blocks = 0;              // dynamic path: at most this many KV blocks (0 = the configuration's)
   size_t static_max_length = 0;       // static path: the contiguous cache length (0 = search.max_length)
   size_t selection_participants = 0;  // threads that select a step's tokens, at most (0 = default)
+  // Static path: run decoders with fixed state (LFM2's short-convolution layers), which the static
+  // executor keeps per row. Set by a Generator's private engine only: 0.18's Generator runs them,
+  // its Engine refuses them, and oga does the same.
+  bool static_fixed_state = false;
 };
 
 class Engine {
@@ -148,6 +152,9 @@ class Engine {
   void NotifyAbandoned() noexcept { abandonment_pending_.store(true, std::memory_order_release); }
 
   bool static_batching() const { return static_scheduler_ != nullptr; }
+  // The static path with fixed decoder state: a row's state cannot be cut back to an earlier
+  // length, so such a request cannot be truncated (rewound) except to nothing.
+  bool static_fixed_state() const { return static_fixed_state_; }
   size_t max_batch_size() const { return limits_.max_batch_size; }
   // 0 on the static path (no per-step budget; no bound beyond search.max_length), as in 0.18.
   size_t max_scheduled_tokens() const { return static_batching() ? 0 : limits_.max_scheduled_tokens; }
@@ -274,6 +281,7 @@ class Engine {
   // Set only on the static path.
   std::unique_ptr<StaticBatchScheduler> static_scheduler_;
   std::unique_ptr<StaticBatchDecoderIO> static_io_;
+  bool static_fixed_state_ = false;
   std::vector<StagedResult> static_staged_;
 
   std::vector<std::shared_ptr<Request>> bound_;  // strong references to every bound request

@@ -124,13 +124,17 @@ size_t RingBlocksFor(const ModelConfig& config, const OgaExtModelExecutor& execu
 
 // Fixed decoder state (hybrid models; seed: "Fixed request-state pools"): the per-tensor row bytes
 // the executor reports, checked against the bindings the configuration's fixed groups declare.
-std::vector<size_t> FixedStateRowBytes(const ModelConfig& config, const OgaExtModelExecutor& executor) {
+// `static_fixed_state`: the static path may run them (EngineSizing::static_fixed_state).
+std::vector<size_t> FixedStateRowBytes(const ModelConfig& config, const OgaExtModelExecutor& executor,
+                                       bool static_fixed_state = false) {
   size_t declared = 0;
   for (const StateGroup& group : config.decoder.effective_state_groups) {
     if (group.kind != StateGroupKind::kPagedKv) declared += group.layer_ids.size();
   }
   if (declared == 0 && executor.num_fixed_states == 0) return {};
-  if (declared > 0 && !config.dynamic_batching) throw ApiError("Fixed decoder state groups require engine.dynamic_batching");
+  if (declared > 0 && !config.dynamic_batching && !static_fixed_state) {
+    throw ApiError("Fixed decoder state groups require engine.dynamic_batching");
+  }
   if (executor.num_fixed_states != declared || (declared > 0 && executor.fixed_state_row_bytes == nullptr)) {
     throw ApiError("model.decoder.state_groups declares " + std::to_string(declared) +
                    " fixed state bindings, but the model executor binds " + std::to_string(executor.num_fixed_states) +
@@ -245,9 +249,9 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model, const Engin
 
 std::shared_ptr<Engine> Engine::CreateStatic(std::shared_ptr<Model> model, const EngineSizing& sizing) {
   const ModelConfig& config = model->config();
-  if (!FixedStateRowBytes(config, model->executor()).empty()) {
-    throw ApiError("Fixed decoder state groups require engine.dynamic_batching");
-  }
+  // The static executor keeps the fixed state itself (one row per batch row, zeroed when a batch
+  // is prefilled); the engine only checks that it binds what the configuration declares.
+  const bool fixed_state = !FixedStateRowBytes(config, model->executor(), sizing.static_fixed_state).empty();
   if (model->executor().execute_static == nullptr) {
     throw ApiError("This model's executor has no static batching path; configure engine.dynamic_batching.");
   }
@@ -273,6 +277,7 @@ std::shared_ptr<Engine> Engine::CreateStatic(std::shared_ptr<Model> model, const
   engine->static_io_ = std::make_unique<StaticBatchDecoderIO>(limits.max_batch_size, length,
                                                               engine->model_->config().pad_token_id);
   engine->static_staged_.resize(limits.max_batch_size);
+  engine->static_fixed_state_ = fixed_state;
   OgaExtEngineGeometry geometry{};
   geometry.max_batch_size = limits.max_batch_size;
   geometry.vocab_size = engine->vocab_size_;

@@ -93,6 +93,7 @@ Generator::Generator(std::shared_ptr<Model> model, const GeneratorSettings& sett
     sizing.min_batch_size = rows_.size();
     sizing.static_max_length = max_length_;
     sizing.selection_participants = rows_.size();
+    sizing.static_fixed_state = true;  // as 0.18's Generator, which runs LFM2's CPU build
     if (const auto& batching = model_->config().dynamic_batching) {
       const size_t block_size = static_cast<size_t>(std::max<int64_t>(batching->block_size, 1));
       sizing.max_blocks = rows_.size() * ((max_length_ + block_size - 1) / block_size);
@@ -384,6 +385,10 @@ void Generator::RewindOnEngine(size_t length) {
     throw ApiError("RewindToLength must be called with new_length=0 when batch_size > 1");
   }
   if (length > token_count()) throw ApiError("Cannot rewind to a length greater than the current sequence length");
+  if (engine_->static_fixed_state() && length != 0 && length != token_count()) {
+    // A row's convolution state holds no earlier length to go back to (0.18's text).
+    throw ApiError("RewindTo is currently not supported for " + model_->config().model_type + ".");
+  }
   logits_valid_ = false;
   if (length == 0) {
     CloseRows();

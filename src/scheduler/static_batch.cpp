@@ -72,6 +72,7 @@ StaticBatchDecoderIO::StaticBatchDecoderIO(size_t max_rows, size_t max_sequence_
       pad_token_id_(pad_token_id),
       input_ids_(max_rows * max_sequence_length),
       attention_mask_(max_rows * max_sequence_length),
+      position_ids_(max_rows * max_sequence_length),
       logits_positions_(max_rows) {}
 
 const OgaExtStaticStepInputs& StaticBatchDecoderIO::Pack(StaticStepKind kind, const std::vector<StaticRow>& rows) {
@@ -102,6 +103,7 @@ const OgaExtStaticStepInputs& StaticBatchDecoderIO::Pack(StaticStepKind kind, co
     const Request& request = *row.request;
     int64_t* ids = input_ids_.data() + r * query;
     int64_t* mask = attention_mask_.data() + r * total;
+    int64_t* positions = position_ids_.data() + r * query;
     size_t fed = 1;      // real tokens in this row's query
     size_t length = 0;   // ones in this row's mask
     const bool open = !request.closed();
@@ -126,6 +128,9 @@ const OgaExtStaticStepInputs& StaticBatchDecoderIO::Pack(StaticStepKind kind, co
       length = row.processed + 1;
     }
     std::fill(ids + fed, ids + query, static_cast<int64_t>(pad_token_id_));
+    // The query's first token sits at position length - fed; padding continues the count, which
+    // stays below `total` (<= max_sequence_length) for every row.
+    for (size_t i = 0; i < query; ++i) positions[i] = static_cast<int64_t>(length - fed + i);
     std::fill(mask, mask + length, int64_t{1});
     std::fill(mask + length, mask + total, int64_t{0});
     logits_positions_[r] = static_cast<int32_t>(fed - 1);
@@ -136,6 +141,8 @@ const OgaExtStaticStepInputs& StaticBatchDecoderIO::Pack(StaticStepKind kind, co
   inputs_.input_ids = input_ids_.data();
   inputs_.attention_mask = attention_mask_.data();
   inputs_.logits_positions = logits_positions_.data();
+  inputs_.position_ids = position_ids_.data();
+  inputs_.new_batch = kind == StaticStepKind::PrefillBatch ? 1 : 0;
   return inputs_;
 }
 

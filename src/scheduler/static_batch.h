@@ -6,10 +6,14 @@
 // batch. Every resident row takes part in every step: rows whose turn ended (or that were closed)
 // are fed their frozen input and produce no events, because the rows share one contiguous cache
 // allocation. A single-row batch may continue with a new turn while it is resident. Rows a
-// Generator paused (Request::schedulable() false) are fed like rows whose turn ended.
+// Generator paused (Request::schedulable() false) are fed like rows whose turn ended. A frozen
+// input rewrites the same KV slot every step, but it advances fixed decoder state (LFM2's conv
+// layers, which the static executor keeps per row); on the static path a Generator's rows step
+// together (no chunked prefill, every row admitted at once), so no row resumes after a frozen step.
 //
-// StaticBatchDecoderIO packs a step: right-padded input_ids [rows, S] and an attention_mask
-// [rows, T] of ones followed by zeros, in buffers allocated once at the configured limits.
+// StaticBatchDecoderIO packs a step: right-padded input_ids [rows, S], their positions [rows, S]
+// and an attention_mask [rows, T] of ones followed by zeros, in buffers allocated once at the
+// configured limits.
 #pragma once
 
 #include <cstddef>
@@ -77,6 +81,7 @@ class StaticBatchDecoderIO {
   int32_t pad_token_id_;
   std::vector<int64_t> input_ids_;
   std::vector<int64_t> attention_mask_;
+  std::vector<int64_t> position_ids_;
   std::vector<int32_t> logits_positions_;
   OgaExtStaticStepInputs inputs_{};
 };
