@@ -1,5 +1,6 @@
 #include "thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -59,6 +60,11 @@ class ThreadPool {
     body_.store(body, std::memory_order_relaxed);
     state_.store(state, std::memory_order_relaxed);
     count_.store(count, std::memory_order_relaxed);
+    // Claims of a few iterations each, about kClaimsPerThread per thread: a claim is an atomic on a
+    // line every thread writes, dearer than a small iteration (a decode step's linears split into
+    // tasks of a microsecond or less), while a descheduled thread can hold up at most one claim.
+    const size_t threads = workers_.size() + 1;
+    grain_.store(std::max<size_t>(1, count / (threads * kClaimsPerThread)), std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
     const uint64_t generation = (ticket_.load(std::memory_order_relaxed) >> 32) + 1;
     // Publishes the loop with its generation's first ticket. Sequentially consistent with the
@@ -86,12 +92,15 @@ class ThreadPool {
       const size_t index = static_cast<size_t>(ticket & 0xFFFFFFFFu);
       // The loop cannot end (nor a new one begin) while an index of it is unclaimed, so what is read
       // here belongs to this generation when the claim below succeeds (and is not used otherwise).
-      if (index >= count_.load(std::memory_order_relaxed)) return;
+      const size_t count = count_.load(std::memory_order_relaxed);
+      if (index >= count) return;
       void (*body)(void*, size_t) = body_.load(std::memory_order_relaxed);
       void* state = state_.load(std::memory_order_relaxed);
-      if (ticket_.compare_exchange_weak(ticket, ticket + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
-        body(state, index);
-        done_.fetch_add(1, std::memory_order_acq_rel);
+      const size_t end = std::min(count, index + grain_.load(std::memory_order_relaxed));
+      if (ticket_.compare_exchange_weak(ticket, ticket + (end - index), std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+        for (size_t i = index; i < end; ++i) body(state, i);
+        done_.fetch_add(end - index, std::memory_order_acq_rel);
         ticket = ticket_.load(std::memory_order_acquire);
       }
     }
@@ -123,6 +132,7 @@ class ThreadPool {
 
   // How long an idle worker watches for the next loop before it sleeps.
   static constexpr int kSpinMicroseconds = 50;
+  static constexpr size_t kClaimsPerThread = 4;
 
   std::vector<std::thread> workers_;
   std::mutex running_;
@@ -132,6 +142,7 @@ class ThreadPool {
   std::atomic<void (*)(void*, size_t)> body_{nullptr};
   std::atomic<void*> state_{nullptr};
   std::atomic<size_t> count_{0};
+  std::atomic<size_t> grain_{1};   // iterations a claim takes
   std::mutex mutex_;
   std::condition_variable wake_;
   std::atomic<int> sleeping_{0};
