@@ -164,12 +164,16 @@ Tensor KernelCall::Output(size_t index, const Shape& shape) {
   return Describe(api_, value);
 }
 
-Tensor KernelCall::OptionalOutput(size_t index, const Shape& shape) {
+size_t KernelCall::OutputCount() const {
   size_t count = 0;
   CheckStatus(api_, Entry<OrtStatus* (*)(const OrtKernelContext*, size_t*)>(api_, kKernelContextGetOutputCount)(
                         context_, &count),
               "KernelContext_GetOutputCount");
-  if (index >= count) return Tensor{};
+  return count;
+}
+
+Tensor KernelCall::OptionalOutput(size_t index, const Shape& shape) {
+  if (index >= OutputCount()) return Tensor{};
   OrtValue* value = nullptr;
   CheckStatus(api_, Entry<OrtStatus* (*)(OrtKernelContext*, size_t, const int64_t*, size_t, OrtValue**)>(
                         api_, kKernelContextGetOutput)(context_, index, shape.data(), shape.size(), &value),

@@ -134,6 +134,8 @@ class KernelCall {
   Tensor Output(size_t index, const Shape& shape);
   // The same for an optional output: !present() when the node leaves it out.
   Tensor OptionalOutput(size_t index, const Shape& shape);
+  // The number of outputs the node names (the last optional ones it leaves out are not counted).
+  size_t OutputCount() const;
   // fn(i) for every i in [0, count), on ONNX Runtime's intra-op threads, or oga's own when enabled
   // (thread_pool.h), the caller's thread taking part; returns when all are done. The first exception
   // any of them throws is rethrown here.

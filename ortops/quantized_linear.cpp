@@ -316,6 +316,7 @@ void QuantizedLinear::Compute(KernelCall& call) {
           "x " + x.ShapeText() + " must have " + (swiglu_ ? "2K = " : "K = ") + std::to_string(width) +
               " as its last dimension");
   const bool norm = gamma.present();
+  Require(norm || call.OutputCount() < 2, "the sum output needs gamma (it is the RMSNorm's residual sum)");
   if (norm) {
     Require(!swiglu_, "gamma (RMSNorm) and activation swiglu cannot be combined");
     Require(gamma.type == kFloat && gamma.rank() == 1 && gamma.dim(0) == k,

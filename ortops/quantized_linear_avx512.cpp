@@ -8,6 +8,10 @@
 
 #include <immintrin.h>
 
+// GCC 12's AVX-512 intrinsics build their "undefined" operands from a self-initialized variable,
+// which -Wmaybe-uninitialized reports at every use (a false positive of the compiler's own headers).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #define OGA_QL_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 
 namespace ortops {
@@ -38,7 +42,7 @@ namespace {
 
 // 32 bytes of panel p's block and 32 of panel p+1's: columns 8p .. 8p+15, 4 codes each.
 OGA_QL_TARGET inline __m512i LoadPair(const uint8_t* first, const uint8_t* second) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(first))),
+  return _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(first))),
                             _mm256_load_si256(reinterpret_cast<const __m256i*>(second)), 1);
 }
 
@@ -49,10 +53,10 @@ OGA_QL_TARGET inline __m512i Broadcast4Wide(const int8_t* codes) {
 }
 
 OGA_QL_TARGET inline __m512 LoadScalePair(const float* first, const float* second) {
-  return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_load_ps(first)), _mm256_load_ps(second), 1);
+  return _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_load_ps(first)), _mm256_load_ps(second), 1);
 }
 OGA_QL_TARGET inline __m512 LoadScalePair(const Half* first, const Half* second) {
-  return _mm512_insertf32x8(_mm512_castps256_ps512(LoadScales(first)), LoadScales(second), 1);
+  return _mm512_insertf32x8(_mm512_zextps256_ps512(LoadScales(first)), LoadScales(second), 1);
 }
 
 // Rows r0 .. r0+R-1 against panels p and p+1: quantized_linear.h's operations per column, 16 at once.
@@ -130,11 +134,11 @@ OGA_QL_TARGET inline void PanelPairTile(const PackedQuantizedWeight& w, const Qu
 
 constexpr int kWideTileRows = 6;  // 18 of the 32 vector registers for sums, room for codes
 
+// Panels [p0, p1), an even count.
 template <int Bits, typename Scale>
 OGA_QL_TARGET void WidePanelsOf(const PackedQuantizedWeight& w, const QuantizedRows& x, int64_t r0, int64_t r1,
                                 int64_t p0, int64_t p1, float* y, int64_t ldy) {
-  int64_t p = p0;
-  for (; p + 2 <= p1; p += 2) {
+  for (int64_t p = p0; p < p1; p += 2) {
     int64_t r = r0;
     for (; r + kWideTileRows <= r1; r += kWideTileRows) PanelPairTile<kWideTileRows, Bits, Scale>(w, x, r, p, y, ldy);
     switch (r1 - r) {
@@ -146,17 +150,18 @@ OGA_QL_TARGET void WidePanelsOf(const PackedQuantizedWeight& w, const QuantizedR
       default: break;
     }
   }
-  if (p < p1) PanelsOf<Bits, Scale>(w, x, r0, r1, p, p1, y, ldy);
 }
 
 OGA_QL_TARGET void WidePanels(const PackedQuantizedWeight& w, const QuantizedRows& x, int64_t r0, int64_t r1,
                               int64_t p0, int64_t p1, float* y, int64_t ldy) {
+  const int64_t even = p0 + (p1 - p0) / 2 * 2;
   if (w.bits == 4)
-    w.half_scales ? WidePanelsOf<4, Half>(w, x, r0, r1, p0, p1, y, ldy)
-                  : WidePanelsOf<4, float>(w, x, r0, r1, p0, p1, y, ldy);
+    w.half_scales ? WidePanelsOf<4, Half>(w, x, r0, r1, p0, even, y, ldy)
+                  : WidePanelsOf<4, float>(w, x, r0, r1, p0, even, y, ldy);
   else
-    w.half_scales ? WidePanelsOf<8, Half>(w, x, r0, r1, p0, p1, y, ldy)
-                  : WidePanelsOf<8, float>(w, x, r0, r1, p0, p1, y, ldy);
+    w.half_scales ? WidePanelsOf<8, Half>(w, x, r0, r1, p0, even, y, ldy)
+                  : WidePanelsOf<8, float>(w, x, r0, r1, p0, even, y, ldy);
+  if (even < p1) Panels(w, x, r0, r1, even, p1, y, ldy);  // a last odd panel: the 8-column loops
 }
 
 const QuantizedLinearMath kMath = {QuantizeRow, WidePanels, "avx512-vnni"};

@@ -82,8 +82,9 @@ OGA_ORTOPS_EXPORT const char* OgaOrtOpsQuantizedLinearMath() { return ortops::Se
 OGA_ORTOPS_EXPORT int OgaOrtOpsSetQuantizedLinearMath(const char* name) {
   return ortops::SetQuantizedLinearMath(name) ? 1 : 0;
 }
-// The threads of oga's own pool for the operators' parallel loops, the caller included; 0 when they
-// run on ONNX Runtime's intra-op pool (the default unless OGA_ORTOPS_THREADS is set).
+// The threads of oga's own pool for the operators' parallel loops, the caller included (by default
+// the CPUs the process may run on, at most 16; OGA_ORTOPS_THREADS sets it); 0 when they run on ONNX
+// Runtime's intra-op pool.
 OGA_ORTOPS_EXPORT int OgaOrtOpsThreads() { return ortops::ThreadPoolThreads(); }
 // Sets that count (0: ONNX Runtime's pool again); only while no session runs an operator. Returns
 // the count now in use.

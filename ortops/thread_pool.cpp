@@ -1,5 +1,6 @@
 #include "thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -9,6 +10,9 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include <pthread.h>
+#include <sched.h>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -56,6 +60,11 @@ class ThreadPool {
     body_.store(body, std::memory_order_relaxed);
     state_.store(state, std::memory_order_relaxed);
     count_.store(count, std::memory_order_relaxed);
+    // Claims of a few iterations each, about kClaimsPerThread per thread: a claim is an atomic on a
+    // line every thread writes, dearer than a small iteration (a decode step's linears split into
+    // tasks of a microsecond or less), while a descheduled thread can hold up at most one claim.
+    const size_t threads = workers_.size() + 1;
+    grain_.store(std::max<size_t>(1, count / (threads * kClaimsPerThread)), std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
     const uint64_t generation = (ticket_.load(std::memory_order_relaxed) >> 32) + 1;
     // Publishes the loop with its generation's first ticket. Sequentially consistent with the
@@ -83,12 +92,15 @@ class ThreadPool {
       const size_t index = static_cast<size_t>(ticket & 0xFFFFFFFFu);
       // The loop cannot end (nor a new one begin) while an index of it is unclaimed, so what is read
       // here belongs to this generation when the claim below succeeds (and is not used otherwise).
-      if (index >= count_.load(std::memory_order_relaxed)) return;
+      const size_t count = count_.load(std::memory_order_relaxed);
+      if (index >= count) return;
       void (*body)(void*, size_t) = body_.load(std::memory_order_relaxed);
       void* state = state_.load(std::memory_order_relaxed);
-      if (ticket_.compare_exchange_weak(ticket, ticket + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
-        body(state, index);
-        done_.fetch_add(1, std::memory_order_acq_rel);
+      const size_t end = std::min(count, index + grain_.load(std::memory_order_relaxed));
+      if (ticket_.compare_exchange_weak(ticket, ticket + (end - index), std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+        for (size_t i = index; i < end; ++i) body(state, i);
+        done_.fetch_add(end - index, std::memory_order_acq_rel);
         ticket = ticket_.load(std::memory_order_acquire);
       }
     }
@@ -120,6 +132,7 @@ class ThreadPool {
 
   // How long an idle worker watches for the next loop before it sleeps.
   static constexpr int kSpinMicroseconds = 50;
+  static constexpr size_t kClaimsPerThread = 4;
 
   std::vector<std::thread> workers_;
   std::mutex running_;
@@ -129,6 +142,7 @@ class ThreadPool {
   std::atomic<void (*)(void*, size_t)> body_{nullptr};
   std::atomic<void*> state_{nullptr};
   std::atomic<size_t> count_{0};
+  std::atomic<size_t> grain_{1};   // iterations a claim takes
   std::mutex mutex_;
   std::condition_variable wake_;
   std::atomic<int> sleeping_{0};
@@ -137,12 +151,24 @@ class ThreadPool {
 
 namespace {
 
+// The CPUs this process may run on (its affinity mask), at most 16.
+int DefaultThreads() {
+  int cpus = 0;
+#if defined(__linux__)
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
+#endif
+  if (cpus <= 0) cpus = static_cast<int>(std::thread::hardware_concurrency());
+  return cpus < 1 ? 1 : (cpus > 16 ? 16 : cpus);
+}
+
+// OGA_ORTOPS_THREADS: a count (0: ONNX Runtime's pool); unset, empty or not a count: the default.
 int ThreadsFromEnvironment() {
   const char* value = std::getenv("OGA_ORTOPS_THREADS");
-  if (value == nullptr || *value == '\0') return 0;
+  if (value == nullptr || *value == '\0') return DefaultThreads();
   char* end = nullptr;
   const long threads = std::strtol(value, &end, 10);
-  if (*end != '\0' || threads < 0 || threads > 256) return 0;
+  if (*end != '\0' || threads < 0 || threads > 256) return DefaultThreads();
   return static_cast<int>(threads);
 }
 
@@ -150,11 +176,21 @@ std::mutex pool_mutex;
 std::unique_ptr<ThreadPool> pool;
 std::atomic<ThreadPool*> shared_pool{nullptr};
 std::atomic<bool> initialized{false};
+std::atomic<int> configured{-1};  // the count SetThreadPoolThreads set; -1: the environment's
+
+// A forked child has none of the parent's workers: it forgets the parent's pool without destroying
+// it (threads that do not exist cannot be joined) and makes its own, of the same size, on first use.
+void ForgetPoolAfterFork() {
+  (void)pool.release();
+  shared_pool.store(nullptr);
+  initialized.store(false);
+}
 
 }  // namespace
 
 int SetThreadPoolThreads(int threads) {
   std::lock_guard<std::mutex> lock(pool_mutex);
+  configured.store(threads < 0 ? 0 : threads);
   initialized.store(true);
   shared_pool.store(nullptr);
   pool.reset();
@@ -171,10 +207,12 @@ int ThreadPoolThreads() {
 }
 
 ThreadPool* SharedThreadPool() {
+  static const int registered = pthread_atfork(nullptr, nullptr, ForgetPoolAfterFork);
+  (void)registered;
   if (!initialized.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(pool_mutex);
     if (!initialized.load()) {
-      const int threads = ThreadsFromEnvironment();
+      const int threads = configured.load() >= 0 ? configured.load() : ThreadsFromEnvironment();
       if (threads > 0) {
         pool.reset(new ThreadPool(threads));
         shared_pool.store(pool.get());

@@ -329,3 +329,14 @@ def test_norm_and_activation_errors():
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     with pytest.raises(Exception, match=r"oga\.QuantizedLinear node 'lin': skip needs gamma"):
         session.run(None, {"x": np.zeros((2, 64), np.float32), "skip": np.zeros((2, 64), np.float32)})
+    node = helper.make_node("QuantizedLinear", ["x", "codes", "scales"], ["y", "sum"], name="lin", domain="oga",
+                            K=64, N=16, bits=4, block_size=32)
+    graph = helper.make_graph([node], "g", [value("x", TensorProto.FLOAT, ["R", 64])],
+                              [value("y", TensorProto.FLOAT, ["R", 16]), value("sum", TensorProto.FLOAT, ["R", 64])],
+                              initializer=[numpy_helper.from_array(q.packed_codes(), "codes"),
+                                           numpy_helper.from_array(q.flat_scales(), "scales")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("oga", 1)])
+    model.ir_version = 8
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match=r"oga\.QuantizedLinear node 'lin': the sum output needs gamma"):
+        session.run(None, {"x": np.zeros((2, 64), np.float32)})
