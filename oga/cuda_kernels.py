@@ -60,9 +60,9 @@ class CudaUnavailable(RuntimeError):
 def kernel_directories():
     """Directories that may hold built kernels: ``oga/kernels`` of every ``oga`` package directory
     (the installed package and, when running from a checkout, the source tree)."""
-    import oga
+    from .extensions import package_directories
 
-    dirs = [os.path.join(p, "kernels") for p in oga.__path__]
+    dirs = [os.path.join(p, "kernels") for p in package_directories()]
     return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
 
 
@@ -78,9 +78,9 @@ def kernel_source_directory():
     """The directory holding the kernel sources (``sampling.cu`` and the headers it includes): a
     checkout's ``cuda/`` first (the sources being worked on), else the copy shipped in
     ``oga/kernels``; None when there is neither."""
-    import oga
+    from .extensions import package_directories
 
-    checkouts = [os.path.join(os.path.dirname(os.path.abspath(p)), "cuda") for p in oga.__path__]
+    checkouts = [os.path.join(os.path.dirname(os.path.abspath(p)), "cuda") for p in package_directories()]
     for directory in checkouts + kernel_directories():
         if os.path.isfile(os.path.join(directory, "sampling.cu")):
             return directory

@@ -222,7 +222,7 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsGetSpeculativeNumber(const 
 OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsGetSpeculativeBool(const OgaGeneratorParams* params, const char* name, bool* out);
 
 /* ---------------------------------------------------------------------------------------------
- * Generator: 0.18's token-by-token loop on the engine core (src/generator/generator.h). batch_size rows,
+ * Generator: 0.18's token-by-token loop on the engine core (src/compat/generator.h). batch_size rows,
  * each one sequence; every OgaGenerator_GenerateNextToken gives each unfinished row one token.
  * Calls may come from any thread, one at a time (not concurrently), except
  * OgaGenerator_SetRuntimeOption and OgaGenerator_IsSessionTerminated, which may run while another
@@ -278,7 +278,7 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_SnapshotState(OgaGenerator* gene
 
 /* ---------------------------------------------------------------------------------------------
  * The step API of onnxruntime-genai 0.10-0.15 (a compatibility form on the same engine; see
- * src/request/step_requests.h). A request created by OgaCreateRequest collects its prompt with
+ * src/compat/step_requests.h). A request created by OgaCreateRequest collects its prompt with
  * OgaRequestAddTokens, is added to an engine, and reads the tokens the engine generates for it
  * after OgaEngineStep hands it back. Such a request is used with these functions only (the turn
  * functions above refuse it), and an engine serving such requests is driven by OgaEngineStep (its

@@ -28,7 +28,7 @@
 #include "sampling/sampler.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/static_batch.h"
-#include "scheduler/step_plan.h"
+#include "plan/step_plan.h"
 #include "decoders/varlen_decoder_io.h"
 
 struct OgaRequestOptions {
