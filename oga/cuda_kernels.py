@@ -24,7 +24,6 @@ default stream); they check host-side arguments and enqueue, nothing more. The t
 so the argument packing the device sees is the one the CPU tests run.
 """
 import ctypes
-import glob
 import os
 import re
 import threading
@@ -501,11 +500,3 @@ def load_kernels(device=0):
         if device not in _kernels:
             _kernels[device] = CudaKernels(device)
         return _kernels[device]
-
-
-def built_kernel_files():
-    """The kernel binaries nvcc built at install time that this package can see."""
-    found = []
-    for directory in kernel_directories():
-        found += glob.glob(os.path.join(directory, "*.cubin")) + glob.glob(os.path.join(directory, "*.ptx"))
-    return sorted(found)

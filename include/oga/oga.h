@@ -4,8 +4,10 @@
  * Names, signatures, constants and error texts follow onnxruntime-genai 0.18 so that code written
  * against its Engine runs unchanged. Additions that 0.18 does not have live in oga_ext.h and carry
  * the OgaExt prefix. The engine's model (requests, turns, drain-or-execute runs, transactions) is the
- * one onnxruntime-genai's docs/paged_attention_engine.md describes; sections of that document are
- * cited below as seed: "<section title>".
+ * one onnxruntime-genai's design document describes: docs/paged_attention_engine.md in the
+ * onnxruntime-genai repository (github.com/microsoft/onnxruntime-genai), not in oga's; this project
+ * was built from it. Its sections are cited here and in the core's sources as seed: "<section
+ * title>", by title, as the document stands in that repository.
  *
  * Conventions (apply to every function below unless its comment says otherwise):
  * - Functions returning OgaResult* return NULL on success. A non-NULL result is owned by the caller
