@@ -26,6 +26,21 @@ cdef extern from "oga/oga.h" nogil:
     ctypedef struct c_OgaTensor "OgaTensor"
     ctypedef struct c_OgaNamedTensors "OgaNamedTensors"
     ctypedef int32_t OgaElementType
+    enum:
+        OgaElementType_undefined
+        OgaElementType_float32
+        OgaElementType_uint8
+        OgaElementType_int8
+        OgaElementType_uint16
+        OgaElementType_int16
+        OgaElementType_int32
+        OgaElementType_int64
+        OgaElementType_string
+        OgaElementType_bool
+        OgaElementType_float16
+        OgaElementType_float64
+        OgaElementType_uint32
+        OgaElementType_uint64
 
     ctypedef uint32_t OgaFinishReason
     ctypedef uint32_t OgaEngineEventFlags
@@ -78,6 +93,9 @@ cdef extern from "oga/oga.h" nogil:
     c_OgaResult* OgaGeneratorParamsSetSpeculativeNumber(c_OgaGeneratorParams* params, const char* name, double value)
     c_OgaResult* OgaGeneratorParamsGetSpeculativeNumber(const c_OgaGeneratorParams* params, const char* name,
                                                         double* out)
+    c_OgaResult* OgaGeneratorParamsSetSpeculativeBool(c_OgaGeneratorParams* params, const char* name, cbool value)
+    c_OgaResult* OgaGeneratorParamsGetSpeculativeBool(const c_OgaGeneratorParams* params, const char* name,
+                                                      cbool* out)
 
     # Generator
     c_OgaResult* OgaCreateGenerator(const c_OgaModel* model, const c_OgaGeneratorParams* params,
@@ -398,6 +416,7 @@ cdef extern from "oga/oga_ext.h" nogil:
         size_t num_blocks
         const char* session_options_json
     c_OgaResult* OgaExtConfigGetDecoderNames(const c_OgaConfig* config, const OgaExtDecoderNames** out)
+    c_OgaResult* OgaExtConfigGetJson(const c_OgaConfig* config, const char** out)
 
     ctypedef OgaExtExecutionStatus (*OgaExtModelLoader)(const OgaExtDecoderNames* names, OgaExtModelExecutor* executor,
                                                         char* message, size_t message_capacity)
@@ -436,6 +455,7 @@ cdef extern from "oga/oga_ext.h" nogil:
     uint64_t OgaExtEngineEventBufferGetGeneration(const c_OgaEngineEventBuffer* buffer)
     size_t OgaExtEngineEventBufferGetCapacity(const c_OgaEngineEventBuffer* buffer)
     const char* OgaExtLibraryPath()
+    void OgaExtPhilox4x32_10(uint64_t counter, uint64_t key, uint32_t* out)
 
     c_OgaResult* OgaExtEngineCheckInvariants(const c_OgaEngine* engine)
 

@@ -242,3 +242,34 @@ cdef class OgaEngine:
             _raise_dead("Engine")
         check_result(OgaEngineMaxDraftTokensPerProposal(self._ptr, &out))
         return out
+
+
+# ---------------------------------------------------------------------------------------------
+# OgaExt engine statistics (oga.introspection: oga serve's /metrics, tests)
+# ---------------------------------------------------------------------------------------------
+
+def _engine_counters(OgaEngine engine not None):
+    """OgaExtEngineGetCounters -> dict."""
+    cdef OgaExtEngineCounters c
+    if engine._ptr == NULL:
+        _raise_dead("Engine")
+    check_result(OgaExtEngineGetCounters(engine._ptr, &c))
+    return {
+        "model_runs": c.model_runs,
+        "committed_steps": c.committed_steps,
+        "rolled_back_steps": c.rolled_back_steps,
+        "step_ns": c.step_ns,
+        "executor_ns": c.executor_ns,
+        "total_blocks": c.total_blocks,
+        "free_blocks": c.free_blocks,
+        "resident_requests": c.resident_requests,
+        "waiting_requests": c.waiting_requests,
+        "bound_requests": c.bound_requests,
+        "retained_events": c.retained_events,
+        "fixed_state_direct_steps": c.fixed_state_direct_steps,
+        "fixed_state_fallback_steps": c.fixed_state_fallback_steps,
+        "device_sampled_rows": c.device_sampled_rows,
+        "host_read_logits_rows": c.host_read_logits_rows,
+        "preemptions": c.preemptions,
+        "recomputed_tokens": c.recomputed_tokens,
+    }

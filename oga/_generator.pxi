@@ -156,7 +156,7 @@ cdef class OgaGenerator:
         count = arr.shape[0]
         cdef float[::1] view = arr
         check_result(OgaCreateTensorFromBuffer(<void*>&view[0] if count > 0 else NULL, &count, 1,
-                                               1, &tensor))  # OgaElementType_float32
+                                               OgaElementType_float32, &tensor))
         try:
             with nogil:
                 result = OgaGenerator_SetLogits(self._ptr, tensor)

@@ -51,33 +51,6 @@ def _engine_check_invariants(OgaEngine engine not None):
     check_result(OgaExtEngineCheckInvariants(engine._ptr))
 
 
-def _engine_counters(OgaEngine engine not None):
-    """OgaExtEngineGetCounters -> dict."""
-    cdef OgaExtEngineCounters c
-    if engine._ptr == NULL:
-        _raise_dead("Engine")
-    check_result(OgaExtEngineGetCounters(engine._ptr, &c))
-    return {
-        "model_runs": c.model_runs,
-        "committed_steps": c.committed_steps,
-        "rolled_back_steps": c.rolled_back_steps,
-        "step_ns": c.step_ns,
-        "executor_ns": c.executor_ns,
-        "total_blocks": c.total_blocks,
-        "free_blocks": c.free_blocks,
-        "resident_requests": c.resident_requests,
-        "waiting_requests": c.waiting_requests,
-        "bound_requests": c.bound_requests,
-        "retained_events": c.retained_events,
-        "fixed_state_direct_steps": c.fixed_state_direct_steps,
-        "fixed_state_fallback_steps": c.fixed_state_fallback_steps,
-        "device_sampled_rows": c.device_sampled_rows,
-        "host_read_logits_rows": c.host_read_logits_rows,
-        "preemptions": c.preemptions,
-        "recomputed_tokens": c.recomputed_tokens,
-    }
-
-
 cdef object _copy_array(const void* data, size_t count, object dtype):
     arr = np.zeros(count, dtype=dtype)
     cdef unsigned char[::1] dst

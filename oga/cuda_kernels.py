@@ -24,7 +24,6 @@ default stream); they check host-side arguments and enqueue, nothing more. The t
 so the argument packing the device sees is the one the CPU tests run.
 """
 import ctypes
-import glob
 import os
 import re
 import threading
@@ -60,9 +59,9 @@ class CudaUnavailable(RuntimeError):
 def kernel_directories():
     """Directories that may hold built kernels: ``oga/kernels`` of every ``oga`` package directory
     (the installed package and, when running from a checkout, the source tree)."""
-    import oga
+    from .extensions import package_directories
 
-    dirs = [os.path.join(p, "kernels") for p in oga.__path__]
+    dirs = [os.path.join(p, "kernels") for p in package_directories()]
     return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
 
 
@@ -78,9 +77,9 @@ def kernel_source_directory():
     """The directory holding the kernel sources (``sampling.cu`` and the headers it includes): a
     checkout's ``cuda/`` first (the sources being worked on), else the copy shipped in
     ``oga/kernels``; None when there is neither."""
-    import oga
+    from .extensions import package_directories
 
-    checkouts = [os.path.join(os.path.dirname(os.path.abspath(p)), "cuda") for p in oga.__path__]
+    checkouts = [os.path.join(os.path.dirname(os.path.abspath(p)), "cuda") for p in package_directories()]
     for directory in checkouts + kernel_directories():
         if os.path.isfile(os.path.join(directory, "sampling.cu")):
             return directory
@@ -501,11 +500,3 @@ def load_kernels(device=0):
         if device not in _kernels:
             _kernels[device] = CudaKernels(device)
         return _kernels[device]
-
-
-def built_kernel_files():
-    """The kernel binaries nvcc built at install time that this package can see."""
-    found = []
-    for directory in kernel_directories():
-        found += glob.glob(os.path.join(directory, "*.cubin")) + glob.glob(os.path.join(directory, "*.ptx"))
-    return sorted(found)

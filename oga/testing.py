@@ -5,6 +5,7 @@ import contextlib
 import json
 
 from . import _core
+from .introspection import decoder_names, engine_counters  # noqa: F401  (tests read them here too)
 
 __all__ = [
     "check_invariants",
@@ -151,11 +152,6 @@ def check_invariants(engine):
     _core._engine_check_invariants(engine)
 
 
-def engine_counters(engine):
-    """OgaExtEngineGetCounters as a dict."""
-    return _core._engine_counters(engine)
-
-
 def last_step_inputs(engine):
     """OgaExtEngineGetLastStepInputs: numpy copies of the last packed step (block_table is 2-D)."""
     return _core._engine_last_step_inputs(engine)
@@ -181,15 +177,6 @@ def set_fixed_state_fallback_only(engine, fallback_only=True):
 def set_last_turn_id(request, turn_id):
     """OgaExtRequestSetLastTurnIdForTesting."""
     _core._request_set_last_turn_id(request, turn_id)
-
-
-def decoder_names(config):
-    """What the model loader receives for `config` (an og.Config, or a model directory): the decoder's
-    tensor names, state groups and sizes as the core resolved them (OgaExtConfigGetDecoderNames), as
-    the dict oga.executor.load_decoder takes."""
-    if not isinstance(config, _core.OgaConfig):
-        config = _core.OgaConfig(config)
-    return _core._config_decoder_names(config)
 
 
 def set_token_table(model, tokens, *, special=()):

@@ -4,8 +4,10 @@
  * Names, signatures, constants and error texts follow onnxruntime-genai 0.18 so that code written
  * against its Engine runs unchanged. Additions that 0.18 does not have live in oga_ext.h and carry
  * the OgaExt prefix. The engine's model (requests, turns, drain-or-execute runs, transactions) is the
- * one onnxruntime-genai's docs/paged_attention_engine.md describes; sections of that document are
- * cited below as seed: "<section title>".
+ * one onnxruntime-genai's design document describes: docs/paged_attention_engine.md in the
+ * onnxruntime-genai repository (github.com/microsoft/onnxruntime-genai), not in oga's; this project
+ * was built from it. Its sections are cited here and in the core's sources as seed: "<section
+ * title>", by title, as the document stands in that repository.
  *
  * Conventions (apply to every function below unless its comment says otherwise):
  * - Functions returning OgaResult* return NULL on success. A non-NULL result is owned by the caller
@@ -222,7 +224,7 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsGetSpeculativeNumber(const 
 OGA_EXPORT OgaResult* OGA_API_CALL OgaGeneratorParamsGetSpeculativeBool(const OgaGeneratorParams* params, const char* name, bool* out);
 
 /* ---------------------------------------------------------------------------------------------
- * Generator: 0.18's token-by-token loop on the engine core (src/generator/generator.h). batch_size rows,
+ * Generator: 0.18's token-by-token loop on the engine core (src/compat/generator.h). batch_size rows,
  * each one sequence; every OgaGenerator_GenerateNextToken gives each unfinished row one token.
  * Calls may come from any thread, one at a time (not concurrently), except
  * OgaGenerator_SetRuntimeOption and OgaGenerator_IsSessionTerminated, which may run while another
@@ -278,7 +280,7 @@ OGA_EXPORT OgaResult* OGA_API_CALL OgaGenerator_SnapshotState(OgaGenerator* gene
 
 /* ---------------------------------------------------------------------------------------------
  * The step API of onnxruntime-genai 0.10-0.15 (a compatibility form on the same engine; see
- * src/request/step_requests.h). A request created by OgaCreateRequest collects its prompt with
+ * src/compat/step_requests.h). A request created by OgaCreateRequest collects its prompt with
  * OgaRequestAddTokens, is added to an engine, and reads the tokens the engine generates for it
  * after OgaEngineStep hands it back. Such a request is used with these functions only (the turn
  * functions above refuse it), and an engine serving such requests is driven by OgaEngineStep (its

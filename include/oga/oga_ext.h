@@ -5,7 +5,8 @@
  * by tests.
  *
  * Conventions are those of oga.h (results, NULL handling, [owner], borrowed views, copied inputs).
- * Sections of onnxruntime-genai's docs/paged_attention_engine.md are cited as seed: "<title>".
+ * Sections of the seed are cited as seed: "<title>" (see oga.h: onnxruntime-genai's design document
+ * docs/paged_attention_engine.md in github.com/microsoft/onnxruntime-genai, not part of oga).
  */
 #ifndef OGA_OGA_EXT_H_
 #define OGA_OGA_EXT_H_
@@ -45,7 +46,7 @@ OGA_EXPORT OgaExtErrorKind OGA_API_CALL OgaExtResultGetErrorKind(const OgaResult
  * OgaExtStepInputs; seed: "One dynamic step in detail") and hands it to an executor through this
  * table of callbacks. Implementations: oga's native ONNX Runtime executor (C++, native_executor/;
  * the default for decoders on the CPU execution provider), the Python ONNX Runtime executor
- * (oga/onnx_executor.py, called through trampolines in the Cython binding oga/_core.pyx; decoders
+ * (oga/executor/, called through trampolines in the Cython binding oga/_trampolines.pxi; decoders
  * on a device, and the fallback when the native library cannot be used), the built-in test
  * executor (OgaExtCreateTestModel), and any table passed to OgaExtCreateModelWithExecutor.
  *

@@ -158,12 +158,6 @@ class DecoderSpec(ctypes.Structure):
     ]
 
 
-class _ExecutorHead(ctypes.Structure):
-    """The leading members of OgaExtModelExecutor (include/oga/oga_ext.h), up to model_data."""
-    _fields_ = [("per_token_logits", ctypes.c_int32), ("max_block_table_columns", ctypes.c_size_t),
-                ("bytes_per_block", ctypes.c_size_t), ("model_data", ctypes.c_void_p)]
-
-
 _library = None
 _opened = {}  # (ORT library path, API version) -> None (open) | error text
 

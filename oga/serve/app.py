@@ -57,7 +57,7 @@ _FINISH_CANCELLED = int(og.FinishReason.CANCELLED)
 
 def load_model_and_tokenizer(settings: ServeSettings):
     """Runs on the owner thread: the model (with the max_batch_size overlay) and its tokenizer."""
-    from oga.cli import CommandError, load_model
+    from oga.model_loading import CommandError, load_model
 
     try:
         model = load_model(settings.model_dir, settings.max_batch_size)
@@ -257,9 +257,9 @@ class Server:
     @functools.cached_property
     def vocab_size(self) -> int:
         """The model's vocabulary size (model.vocab_size, as the engine reads it)."""
-        from oga import testing
+        from oga.introspection import decoder_names
 
-        return int(testing.decoder_names(self.settings.model_dir)["vocab_size"])
+        return int(decoder_names(self.settings.model_dir)["vocab_size"])
 
     async def generate(self, request: Request, route: str):
         arrived = time.perf_counter()

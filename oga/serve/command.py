@@ -5,14 +5,14 @@
     oga serve --replicas 2                       # two engines behind Ray Serve
 
 Without --model the command serves SmolLM2-135M-Instruct, built for the CPU on first use into the
-same cache as `oga generate` (see oga/cli.py). Routes: POST /v1/chat/completions, POST
+same cache as `oga generate` (see oga/model_loading.py). Routes: POST /v1/chat/completions, POST
 /v1/completions, GET /v1/models, GET /health, GET /metrics (Prometheus). SIGTERM or Ctrl-C drains:
 no new requests (503), in-flight ones get --shutdown-timeout seconds to finish, then the rest are
 cancelled and the command exits 0.
 """
 import argparse
 
-DEFAULT_SERVED_MODEL_NAME = "SmolLM2-135M-Instruct"
+from .settings import DEFAULT_SERVED_MODEL_NAME, default_model_settings
 
 
 def _positive_int(text):
@@ -69,14 +69,6 @@ def add_arguments(parser: argparse.ArgumentParser, precisions):
     ray.add_argument("--ray-address", help="join this Ray cluster (default: start a local Ray instance)")
 
 
-def default_model_settings(model_name=None, precision=None) -> dict:
-    """ServeSettings fields of the default model, building it on first use."""
-    from oga.cli import ensure_default_model
-
-    return {"model_dir": ensure_default_model(precision=precision),
-            "model_name": model_name or DEFAULT_SERVED_MODEL_NAME}
-
-
 def keep_ray_on_loopback():
     """A local Ray instance behind a loopback server talks to itself over 127.0.0.1: Ray otherwise
     addresses its own node by the machine's outward-facing IP. The switch is read when `ray` is
@@ -91,10 +83,10 @@ def keep_ray_on_loopback():
 
 
 def run(args) -> int:
-    """Runs `oga serve` with parsed arguments; raises oga.cli.CommandError for a bad set-up."""
+    """Runs `oga serve` with parsed arguments; raises oga.model_loading.CommandError for a bad set-up."""
     import os
 
-    from oga.cli import CommandError
+    from oga.model_loading import CommandError
 
     if args.replicas is not None and args.ray_address is None and args.host in ("127.0.0.1", "localhost"):
         keep_ray_on_loopback()

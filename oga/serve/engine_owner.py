@@ -66,7 +66,7 @@ class Finished(typing.NamedTuple):
 
 
 class EngineStats(typing.NamedTuple):
-    """The engine's counters after the owner's latest step (oga.testing.engine_counters, the
+    """The engine's counters after the owner's latest step (oga.introspection.engine_counters, the
     OgaExtEngineGetCounters introspection call of the public C API)."""
     total_blocks: int = 0
     free_blocks: int = 0
@@ -226,9 +226,9 @@ class _OwnerLoop:
 
     def run(self):
         """Serves commands and steps until STOP."""
-        import oga.testing
+        from oga.introspection import engine_counters
 
-        self.counters = oga.testing.engine_counters
+        self.counters = engine_counters
         self._refresh_stats()
         while True:
             idle = not self.live or not self.engine.has_pending_requests()

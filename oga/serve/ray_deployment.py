@@ -73,7 +73,7 @@ def application_from_arguments(args: dict):
     unknown = set(args) - known
     if unknown:
         raise ValueError(f"unknown oga.serve:ray_app arguments {sorted(unknown)}; known: {sorted(known)}")
-    from .command import default_model_settings
+    from .settings import default_model_settings
 
     values = dict(args)
     replicas = int(values.pop("replicas", 1))

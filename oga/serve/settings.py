@@ -6,6 +6,9 @@ every replica, so a replica started by Ray on another process builds exactly wha
 import dataclasses
 import os
 
+# The name the default model (oga.model_loading's SmolLM2 build) is served under.
+DEFAULT_SERVED_MODEL_NAME = "SmolLM2-135M-Instruct"
+
 
 @dataclasses.dataclass(frozen=True)
 class ServeSettings:
@@ -41,3 +44,11 @@ class ServeSettings:
             raise ValueError(f"max_body_bytes must be positive, got {self.max_body_bytes}")
         if self.shutdown_timeout_s < 0:
             raise ValueError(f"shutdown_timeout_s must not be negative, got {self.shutdown_timeout_s}")
+
+
+def default_model_settings(model_name=None, precision=None) -> dict:
+    """ServeSettings fields of the default model, building it on first use."""
+    from ..model_loading import ensure_default_model
+
+    return {"model_dir": ensure_default_model(precision=precision),
+            "model_name": model_name or DEFAULT_SERVED_MODEL_NAME}

@@ -49,7 +49,7 @@
 #include <vector>
 
 #include "cache/device_memory.h"
-#include "scheduler/step_plan.h"
+#include "plan/step_plan.h"
 
 namespace oga {
 

@@ -28,7 +28,7 @@
 #include "cache/fixed_state_pool.h"
 #include "cache/paged_cache_reservation.h"
 #include "cache/prefix_cache.h"
-#include "scheduler/step_plan.h"
+#include "plan/step_plan.h"
 
 namespace oga {
 

@@ -8,7 +8,7 @@
 #include "capi/c_api_support.h"
 #include "engine/engine.h"
 #include "capi/handles.h"
-#include "request/step_requests.h"
+#include "compat/step_requests.h"
 #include "oga/oga.h"
 #include "oga/oga_ext.h"
 

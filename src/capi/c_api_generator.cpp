@@ -5,12 +5,12 @@
 #include <vector>
 
 #include "capi/c_api_support.h"
-#include "generator/generator.h"
+#include "compat/generator.h"
 #include "capi/handles.h"
 #include "oga/oga.h"
 #include "oga/oga_ext.h"
 #include "config/search_options.h"
-#include "generator/tensor_handle.h"
+#include "compat/tensor_handle.h"
 
 using oga::ApiError;
 using oga::Guard;

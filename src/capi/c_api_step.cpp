@@ -8,7 +8,7 @@
 #include "engine/engine.h"
 #include "capi/handles.h"
 #include "oga/oga.h"
-#include "request/step_requests.h"
+#include "compat/step_requests.h"
 
 using oga::ApiError;
 using oga::Guard;

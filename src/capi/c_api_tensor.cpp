@@ -6,7 +6,7 @@
 #include <string>
 
 #include "capi/c_api_support.h"
-#include "generator/tensor_handle.h"
+#include "compat/tensor_handle.h"
 
 using oga::ApiError;
 using oga::Guard;

@@ -4,7 +4,7 @@
 // itself works with, defined with their component: OgaConfig (config/config_handle.h), OgaEngine
 // and OgaRequestOptions (engine/engine.h), OgaRequest (request/request.h), OgaTurnOptions
 // (request/turn_options.h), OgaEngineEventBuffer, OgaEngineEvent and OgaTurnUsage
-// (request/events.h), OgaGenerator (generator/generator.h) and OgaTensor (generator/tensor_handle.h).
+// (request/events.h), OgaGenerator (compat/generator.h) and OgaTensor (compat/tensor_handle.h).
 #pragma once
 
 #include <cstdint>

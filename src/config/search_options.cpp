@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <sstream>
+#include <type_traits>
 
 #include "base/errors.h"
 
@@ -11,22 +12,74 @@ namespace {
 
 enum class Kind { kBool, kInt, kNumber };
 
+// One option: its name, its kind, and how it is read from and written to a SearchConfig as a double
+// (bools as 0 / 1). `set` receives a value already checked against the kind: for kInt an integer
+// in int32 range.
 struct Option {
   const char* name;
   Kind kind;
+  double (*get)(const SearchConfig& search);
+  void (*set)(SearchConfig& search, double value);
 };
+
+template <auto Member>
+double Get(const SearchConfig& search) {
+  return static_cast<double>(search.*Member);
+}
+
+template <auto Member>
+void Set(SearchConfig& search, double value) {
+  using Field = std::remove_reference_t<decltype(search.*Member)>;
+  if constexpr (std::is_same_v<Field, bool>) {
+    search.*Member = value != 0.0;
+  } else {
+    search.*Member = static_cast<Field>(value);
+  }
+}
+
+template <auto Member, Kind K>
+constexpr Option MemberOption(const char* name) {
+  return Option{name, K, &Get<Member>, &Set<Member>};
+}
+
+double GetRandomSeed(const SearchConfig& search) {
+  return search.random_seed ? static_cast<double>(*search.random_seed) : -1.0;
+}
+
+void SetRandomSeed(SearchConfig& search, double value) {
+  // OGA writes -1 for "no seed"; any negative seed means the same.
+  if (value < 0) {
+    search.random_seed.reset();
+  } else {
+    search.random_seed = static_cast<uint64_t>(value);
+  }
+}
+
+void SetChunkSize(SearchConfig& search, double value) {
+  // As in genai_config.json's search section (0 = no chunking).
+  if (value < 0) throw ApiError("chunk_size must be >= 0");
+  search.chunk_size = static_cast<int64_t>(value);
+}
 
 // Alphabetical, as 0.18's get_search_options() returns them.
 const Option kOptions[] = {
-    {"batch_size", Kind::kInt},        {"chunk_size", Kind::kInt},
-    {"diversity_penalty", Kind::kNumber}, {"do_sample", Kind::kBool},
-    {"early_stopping", Kind::kBool},   {"length_penalty", Kind::kNumber},
-    {"max_length", Kind::kInt},        {"min_length", Kind::kInt},
-    {"no_repeat_ngram_size", Kind::kInt}, {"num_beams", Kind::kInt},
-    {"num_return_sequences", Kind::kInt}, {"past_present_share_buffer", Kind::kBool},
-    {"random_seed", Kind::kInt},       {"repetition_penalty", Kind::kNumber},
-    {"temperature", Kind::kNumber},    {"top_k", Kind::kInt},
-    {"top_p", Kind::kNumber},
+    MemberOption<&SearchConfig::batch_size, Kind::kInt>("batch_size"),
+    {"chunk_size", Kind::kInt, &Get<&SearchConfig::chunk_size>, &SetChunkSize},
+    MemberOption<&SearchConfig::diversity_penalty, Kind::kNumber>("diversity_penalty"),
+    MemberOption<&SearchConfig::do_sample, Kind::kBool>("do_sample"),
+    MemberOption<&SearchConfig::early_stopping, Kind::kBool>("early_stopping"),
+    MemberOption<&SearchConfig::length_penalty, Kind::kNumber>("length_penalty"),
+    MemberOption<&SearchConfig::max_length, Kind::kInt>("max_length"),
+    MemberOption<&SearchConfig::min_length, Kind::kInt>("min_length"),
+    MemberOption<&SearchConfig::no_repeat_ngram_size, Kind::kInt>("no_repeat_ngram_size"),
+    MemberOption<&SearchConfig::num_beams, Kind::kInt>("num_beams"),
+    MemberOption<&SearchConfig::num_return_sequences, Kind::kInt>("num_return_sequences"),
+    MemberOption<&SearchConfig::past_present_share_buffer, Kind::kBool>("past_present_share_buffer"),
+    {"random_seed", Kind::kInt, &GetRandomSeed, &SetRandomSeed},
+    MemberOption<&SearchConfig::repetition_penalty, Kind::kNumber>("repetition_penalty"),
+    MemberOption<&SearchConfig::temperature, Kind::kNumber>("temperature"),
+    MemberOption<&SearchConfig::top_k, Kind::kInt>("top_k"),
+    MemberOption<&SearchConfig::top_p, Kind::kNumber>("top_p"),
 };
 
 const Option* Find(const std::string& name) {
@@ -55,63 +108,12 @@ int64_t CheckedInt32(const std::string& name, double value) {
 
 }  // namespace
 
-const std::vector<std::pair<const char*, bool>>& SearchOptionNames() {
-  static const std::vector<std::pair<const char*, bool>> names = [] {
-    std::vector<std::pair<const char*, bool>> out;
-    for (const Option& option : kOptions) out.emplace_back(option.name, option.kind == Kind::kBool);
-    return out;
-  }();
-  return names;
-}
-
 void SetSearchOption(SearchConfig& search, const std::string& name, double value, bool is_bool) {
   const Option* option = Find(name);
   if (option == nullptr) throw ApiError(" Unknown value \"" + name + "\"");  // 0.18's text, leading space included
   if (option->kind == Kind::kBool && !is_bool) throw ApiError(name + " - Expected a bool but saw a number");
   if (option->kind != Kind::kBool && is_bool) throw ApiError(name + " - Expected a number but saw a bool");
-  const int64_t integer = option->kind == Kind::kInt ? CheckedInt32(name, value) : 0;
-  if (name == "do_sample") {
-    search.do_sample = value != 0.0;
-  } else if (name == "early_stopping") {
-    search.early_stopping = value != 0.0;
-  } else if (name == "past_present_share_buffer") {
-    search.past_present_share_buffer = value != 0.0;
-  } else if (name == "max_length") {
-    search.max_length = integer;
-  } else if (name == "min_length") {
-    search.min_length = integer;
-  } else if (name == "num_beams") {
-    search.num_beams = integer;
-  } else if (name == "num_return_sequences") {
-    search.num_return_sequences = integer;
-  } else if (name == "batch_size") {
-    search.batch_size = integer;
-  } else if (name == "top_k") {
-    search.top_k = integer;
-  } else if (name == "no_repeat_ngram_size") {
-    search.no_repeat_ngram_size = integer;
-  } else if (name == "chunk_size") {
-    // As in genai_config.json's search section (0 = no chunking).
-    if (integer < 0) throw ApiError("chunk_size must be >= 0");
-    search.chunk_size = integer;
-  } else if (name == "random_seed") {
-    // OGA writes -1 for "no seed"; any negative seed means the same.
-    if (integer < 0) {
-      search.random_seed.reset();
-    } else {
-      search.random_seed = static_cast<uint64_t>(integer);
-    }
-  } else if (name == "top_p") {
-    search.top_p = value;
-  } else if (name == "temperature") {
-    search.temperature = value;
-  } else if (name == "repetition_penalty") {
-    search.repetition_penalty = value;
-  } else if (name == "length_penalty") {
-    search.length_penalty = value;
-  } else if (name == "diversity_penalty") {
-    search.diversity_penalty = value;
-  }
+  option->set(search, option->kind == Kind::kInt ? static_cast<double>(CheckedInt32(name, value)) : value);
 }
 
 size_t CheckedMaxLength(const SearchConfig& search, int64_t context_length) {
@@ -126,28 +128,13 @@ size_t CheckedMaxLength(const SearchConfig& search, int64_t context_length) {
 double GetSearchNumber(const SearchConfig& search, const std::string& name) {
   const Option* option = Find(name);
   if (option == nullptr || option->kind == Kind::kBool) throw ApiError(name + " is an invalid name for GetSearchNumber.");
-  if (name == "max_length") return static_cast<double>(search.max_length);
-  if (name == "min_length") return static_cast<double>(search.min_length);
-  if (name == "num_beams") return static_cast<double>(search.num_beams);
-  if (name == "num_return_sequences") return static_cast<double>(search.num_return_sequences);
-  if (name == "batch_size") return static_cast<double>(search.batch_size);
-  if (name == "top_k") return static_cast<double>(search.top_k);
-  if (name == "no_repeat_ngram_size") return static_cast<double>(search.no_repeat_ngram_size);
-  if (name == "chunk_size") return static_cast<double>(search.chunk_size);
-  if (name == "random_seed") return search.random_seed ? static_cast<double>(*search.random_seed) : -1.0;
-  if (name == "top_p") return search.top_p;
-  if (name == "temperature") return search.temperature;
-  if (name == "repetition_penalty") return search.repetition_penalty;
-  if (name == "length_penalty") return search.length_penalty;
-  return search.diversity_penalty;
+  return option->get(search);
 }
 
 bool GetSearchBool(const SearchConfig& search, const std::string& name) {
   const Option* option = Find(name);
   if (option == nullptr || option->kind != Kind::kBool) throw ApiError(name + " is an invalid name for GetSearchBool.");
-  if (name == "do_sample") return search.do_sample;
-  if (name == "early_stopping") return search.early_stopping;
-  return search.past_present_share_buffer;
+  return option->get(search) != 0.0;
 }
 
 }  // namespace oga

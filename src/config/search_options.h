@@ -27,7 +27,4 @@ bool GetSearchBool(const SearchConfig& search, const std::string& name);
 // model context_length (<c>)" above a known context (context_length > 0).
 size_t CheckedMaxLength(const SearchConfig& search, int64_t context_length);
 
-// Every option name with whether it is a bool, in the order 0.18's get_search_options lists them.
-const std::vector<std::pair<const char*, bool>>& SearchOptionNames();
-
 }  // namespace oga

@@ -24,7 +24,7 @@
 
 #include "oga/oga_ext.h"
 #include "cache/paged_cache.h"
-#include "scheduler/step_plan.h"
+#include "plan/step_plan.h"
 
 namespace oga {
 

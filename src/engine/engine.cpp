@@ -22,6 +22,7 @@
 
 namespace oga {
 using engine_detail::NowNs;
+using engine_detail::StatusOfCaughtException;
 using engine_detail::UsageOf;
 
 bool Engine::HasPendingRequests() {
@@ -85,8 +86,7 @@ void Engine::Step() {
   } catch (const std::bad_alloc&) {
     throw;
   } catch (const std::exception& error) {
-    Poison(OgaErrorCode_EngineContractFailure,
-           std::string("Dynamic scheduler planning failed and the Engine is no longer healthy. Cause: ") + error.what());
+    MarkUnhealthy(OgaErrorCode_EngineContractFailure, "Dynamic scheduler planning", error.what());
     return;
   }
   if (limits_.preemption) PreemptForCapacity();
@@ -122,8 +122,7 @@ void Engine::ExecuteTransaction() {
     return;
   } catch (const std::exception& error) {
     cache_.Discard();
-    Poison(OgaErrorCode_EngineContractFailure,
-           std::string("Transaction preparation failed and the Engine is no longer healthy. Cause: ") + error.what());
+    MarkUnhealthy(OgaErrorCode_EngineContractFailure, "Transaction preparation", error.what());
     return;
   }
   // Checkpoint: requests are not mutated before publication (results are staged in staged_), so the
@@ -133,8 +132,7 @@ void Engine::ExecuteTransaction() {
     inputs = hybrid_io_ ? &hybrid_io_->Pack(plan_, cache_) : &io_.Pack(plan_, cache_);
   } catch (const std::exception& error) {
     Rollback();
-    Poison(OgaErrorCode_EngineContractFailure,
-           std::string("Transaction preparation failed and the Engine is no longer healthy. Cause: ") + error.what());
+    MarkUnhealthy(OgaErrorCode_EngineContractFailure, "Transaction preparation", error.what());
     return;
   }
   // Run the decoder once.
@@ -143,32 +141,16 @@ void Engine::ExecuteTransaction() {
   ExecutionResult result = executor_.Execute(*inputs, outputs);
   counters_.executor_ns += NowNs() - execute_start;
   ++counters_.model_runs;
-  switch (result.status) {
-    case OgaExtExecutionStatus_Ok:
-      break;
-    case OgaExtExecutionStatus_Retryable:
-      Rollback();
-      PushEngineEvent(OgaEngineEventFlag_Retryable, OgaErrorCode_RetryableExecution);
-      return;
-    case OgaExtExecutionStatus_Interrupted:
-      Rollback();
-      RetryInterrupted();
-      return;
-    case OgaExtExecutionStatus_CapacityExceeded:
-      Rollback();
-      PushEngineEvent(OgaEngineEventFlag_CapacityBlocked, OgaErrorCode_ExecutionCapacityExceeded);
-      return;
-    default:
-      Rollback();
-      Poison(OgaErrorCode_EngineExecutionFailure,
-             "Model execution failed and the Engine is no longer healthy. Cause: " + result.message);
-      return;
+  if (result.status == OgaExtExecutionStatus_Ok) {
+    const size_t expected_rows = executor_.per_token_logits() ? plan_.num_tokens : plan_.rows.size();
+    if (const std::string failure = CheckLogitsOutputs(outputs, expected_rows); !failure.empty()) {
+      result.status = OgaExtExecutionStatus_Fatal;
+      result.message = "the executor returned " + failure;
+    }
   }
-  const size_t expected_rows = executor_.per_token_logits() ? plan_.num_tokens : plan_.rows.size();
-  if (const std::string failure = CheckLogitsOutputs(outputs, expected_rows); !failure.empty()) {
+  if (result.status != OgaExtExecutionStatus_Ok) {
     Rollback();
-    Poison(OgaErrorCode_EngineExecutionFailure,
-           "Model execution failed and the Engine is no longer healthy. Cause: the executor returned " + failure);
+    EndFailedStep(result.status, OgaErrorCode_EngineExecutionFailure, "Model execution", result.message);
     return;
   }
   // Select and stage next tokens.
@@ -178,23 +160,12 @@ void Engine::ExecuteTransaction() {
     if (faults() != nullptr && faults()->Consult(OgaExtFaultPhase_Sample) != OgaExtExecutionStatus_Ok) {
       throw RetryableStepError("injected post-processing fault");
     }
-  } catch (const RetryableStepError&) {
+  } catch (...) {
+    // Fatal: the device failed a read or a sampling launch (or returned nonsense): its state is unknown.
+    std::string cause;
+    const OgaExtExecutionStatus status = StatusOfCaughtException(cause);
     Rollback();
-    PushEngineEvent(OgaEngineEventFlag_Retryable, OgaErrorCode_RetryableExecution);
-    return;
-  } catch (const InterruptedError&) {
-    Rollback();
-    RetryInterrupted();
-    return;
-  } catch (const std::bad_alloc&) {
-    Rollback();
-    PushEngineEvent(OgaEngineEventFlag_CapacityBlocked, OgaErrorCode_ExecutionCapacityExceeded);
-    return;
-  } catch (const std::exception& error) {
-    // The device failed a read or a sampling launch (or returned nonsense): its state is unknown.
-    Rollback();
-    Poison(OgaErrorCode_EngineExecutionFailure,
-           std::string("Token selection failed and the Engine is no longer healthy. Cause: ") + error.what());
+    EndFailedStep(status, OgaErrorCode_EngineExecutionFailure, "Token selection", cause);
     return;
   }
   // Prepare the commit: the last point where the transaction can still be undone.
@@ -205,8 +176,7 @@ void Engine::ExecuteTransaction() {
     cache_.ValidateCommit(plan_);
   } catch (const std::exception& error) {
     Rollback();
-    Poison(OgaErrorCode_EngineContractFailure,
-           std::string("Transaction preparation failed and the Engine is no longer healthy. Cause: ") + error.what());
+    MarkUnhealthy(OgaErrorCode_EngineContractFailure, "Transaction preparation", error.what());
     return;
   }
   // The fixed state's copies into inactive banks: the last fallible device work. Committed state is
@@ -220,9 +190,7 @@ void Engine::ExecuteTransaction() {
     return;
   } catch (const std::exception& error) {
     Rollback();
-    Poison(OgaErrorCode_EngineExecutionFailure,
-           std::string("Transaction commit preparation failed and the Engine is no longer healthy. Cause: ") +
-               error.what());
+    MarkUnhealthy(OgaErrorCode_EngineExecutionFailure, "Transaction commit preparation", error.what());
     return;
   }
   // Publication is fail-stop.
@@ -233,8 +201,7 @@ void Engine::ExecuteTransaction() {
     PublishCommit();
   } catch (const std::exception& error) {
     cache_.Discard();
-    Poison(OgaErrorCode_EngineExecutionFailure,
-           std::string("Transaction commit failed and the Engine is no longer healthy. Cause: ") + error.what());
+    MarkUnhealthy(OgaErrorCode_EngineExecutionFailure, "Transaction commit", error.what());
   }
 }
 
@@ -407,10 +374,28 @@ void Engine::PublishTerminal(Request& request, OgaFinishReason reason, OgaErrorC
   pending_.Push(std::move(event));
 }
 
-void Engine::Poison(OgaErrorCode code, const std::string& message) noexcept {
+void Engine::EndFailedStep(OgaExtExecutionStatus status, OgaErrorCode fatal_code, const char* stage,
+                           const std::string& cause) {
+  switch (status) {
+    case OgaExtExecutionStatus_Retryable:
+      PushEngineEvent(OgaEngineEventFlag_Retryable, OgaErrorCode_RetryableExecution);
+      return;
+    case OgaExtExecutionStatus_Interrupted:
+      RetryInterrupted();
+      return;
+    case OgaExtExecutionStatus_CapacityExceeded:
+      PushEngineEvent(OgaEngineEventFlag_CapacityBlocked, OgaErrorCode_ExecutionCapacityExceeded);
+      return;
+    default:
+      MarkUnhealthy(fatal_code, stage, cause);
+      return;
+  }
+}
+
+void Engine::MarkUnhealthy(OgaErrorCode code, const char* stage, const std::string& cause) noexcept {
+  unhealthy_ = true;
   try {
-    unhealthy_ = true;
-    fatal_message_ = message;
+    fatal_message_ = std::string(stage) + " failed and the Engine is no longer healthy. Cause: " + cause;
   } catch (...) {
     fatal_message_.clear();
   }

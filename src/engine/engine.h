@@ -28,7 +28,7 @@
 #include "sampling/sampler.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/static_batch.h"
-#include "scheduler/step_plan.h"
+#include "plan/step_plan.h"
 #include "decoders/varlen_decoder_io.h"
 
 struct OgaRequestOptions {
@@ -260,7 +260,15 @@ class Engine {
   // Ends `request`'s turn with `reason` and publishes its terminal event, merged into the last
   // retained token event of the same turn when one exists.
   void PublishTerminal(Request& request, OgaFinishReason reason, OgaErrorCode code);
-  void Poison(OgaErrorCode code, const std::string& message) noexcept;
+  // The one way a step breaks the engine: stores "<stage> failed and the Engine is no longer healthy.
+  // Cause: <cause>" (every later call rethrows it) and fails every executable turn with `code`, or
+  // publishes one engine-level Failed event when there is none.
+  void MarkUnhealthy(OgaErrorCode code, const char* stage, const std::string& cause) noexcept;
+  // The one mapping of a failed step's status to what Run reports (after the caller's rollback):
+  // Retryable -> a Retryable event, Interrupted -> RetryInterrupted, CapacityExceeded -> a
+  // CapacityBlocked event, anything else -> MarkUnhealthy(fatal_code, stage, cause).
+  void EndFailedStep(OgaExtExecutionStatus status, OgaErrorCode fatal_code, const char* stage,
+                     const std::string& cause);
   void Deliver(OgaEngineEventBuffer& buffer);
   FaultInjector* faults() const { return model_->faults(); }
 

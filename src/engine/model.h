@@ -24,7 +24,6 @@ class Model {
   const OgaExtModelExecutor& executor() const { return executor_; }
   // Non-null only for test models.
   FaultInjector* faults() const { return faults_.get(); }
-  const std::shared_ptr<FaultInjector>& shared_faults() const { return faults_; }
 
   // The directory genai_config.json came from; empty for models created without one.
   const std::string& directory() const { return directory_; }

@@ -20,6 +20,7 @@
 
 namespace oga {
 using engine_detail::NowNs;
+using engine_detail::StatusOfCaughtException;
 using engine_detail::UsageOf;
 
 void Engine::StepStatic() {
@@ -33,8 +34,7 @@ void Engine::StepStatic() {
   } catch (const std::bad_alloc&) {
     throw;
   } catch (const std::exception& error) {
-    Poison(OgaErrorCode_EngineContractFailure,
-           std::string("Static scheduler failed and the Engine is no longer healthy. Cause: ") + error.what());
+    MarkUnhealthy(OgaErrorCode_EngineContractFailure, "Static scheduler", error.what());
     return;
   }
   const uint64_t start = NowNs();
@@ -49,22 +49,9 @@ void Engine::StepStatic() {
     }
   }
   // A failed static step has mutated no request: the rows simply run the same step again.
-  switch (result.status) {
-    case OgaExtExecutionStatus_Ok:
-      break;
-    case OgaExtExecutionStatus_Retryable:
-      PushEngineEvent(OgaEngineEventFlag_Retryable, OgaErrorCode_RetryableExecution);
-      return;
-    case OgaExtExecutionStatus_Interrupted:
-      RetryInterrupted();
-      return;
-    case OgaExtExecutionStatus_CapacityExceeded:
-      PushEngineEvent(OgaEngineEventFlag_CapacityBlocked, OgaErrorCode_ExecutionCapacityExceeded);
-      return;
-    default:
-      Poison(OgaErrorCode_EngineExecutionFailure,
-             "Static-batch execution failed and the Engine is no longer healthy. Cause: " + result.message);
-      return;
+  if (result.status != OgaExtExecutionStatus_Ok) {
+    EndFailedStep(result.status, OgaErrorCode_EngineExecutionFailure, "Static-batch execution", result.message);
+    return;
   }
   try {
     size_t count = 0;
@@ -79,18 +66,10 @@ void Engine::StepStatic() {
       ++count;
     }
     SelectTokens(count, outputs);
-  } catch (const RetryableStepError&) {
-    PushEngineEvent(OgaEngineEventFlag_Retryable, OgaErrorCode_RetryableExecution);
-    return;
-  } catch (const InterruptedError&) {
-    RetryInterrupted();
-    return;
-  } catch (const std::bad_alloc&) {
-    PushEngineEvent(OgaEngineEventFlag_CapacityBlocked, OgaErrorCode_ExecutionCapacityExceeded);
-    return;
-  } catch (const std::exception& error) {
-    Poison(OgaErrorCode_EngineExecutionFailure,
-           std::string("Token selection failed and the Engine is no longer healthy. Cause: ") + error.what());
+  } catch (...) {
+    std::string cause;
+    const OgaExtExecutionStatus status = StatusOfCaughtException(cause);
+    EndFailedStep(status, OgaErrorCode_EngineExecutionFailure, "Token selection", cause);
     return;
   }
   for (size_t r = 0; r < rows.size(); ++r) {

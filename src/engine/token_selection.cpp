@@ -23,27 +23,13 @@ namespace oga {
 using engine_detail::NowNs;
 using engine_detail::UsageOf;
 
-namespace {
-
-// A logits row as float32 (float16 rows are widened).
-void CopyLogitsRow(const LogitsRow& row, size_t vocab_size, float* out) {
-  if (row.type == OgaExtLogitsType_Float16) {
-    const uint16_t* half = static_cast<const uint16_t*>(row.data);
-    for (size_t i = 0; i < vocab_size; ++i) out[i] = HalfToFloat(half[i]);
-  } else {
-    std::memcpy(out, row.data, vocab_size * sizeof(float));
-  }
-}
-
-}  // namespace
-
 Engine::StagedResult Engine::SelectToken(Request& request, const LogitsRow& logits, size_t participant) {
   if (request.hold_logits || request.logits_held) {
     // A Generator asked for this row's logits: keep them for the caller instead of selecting. Logits
     // still held from before a preemption (set_logits may have changed them) are kept as they are.
     StagedResult staged;
     staged.hold = true;
-    if (!request.logits_held) CopyLogitsRow(logits, vocab_size_, request.held_logits.data());
+    if (!request.logits_held) LoadLogits(logits, vocab_size_, request.held_logits.data());
     return staged;
   }
   return SelectFromLogits(request, logits, participant);
@@ -67,7 +53,7 @@ Engine::StagedResult Engine::SelectFromLogits(Request& request, const LogitsRow&
   if (policy.greedy && !policy.processes_logits() && allowed == nullptr) {
     token = SelectGreedy(logits, vocab_size_, eos_ids_, mask_eos);  // no copy of the row needed
   } else {
-    LoadLogits(logits, vocab_size_, scratch);
+    LoadLogits(logits, vocab_size_, scratch.logits.data());
     if (allowed != nullptr) ApplyAllowedMask(allowed, scratch);
     ProcessLogits(request.tokens, eos_ids_, mask_eos, policy.repetition_penalty, policy.no_repeat_ngram_size,
                   scratch);
@@ -86,7 +72,7 @@ Engine::StagedResult Engine::SelectFromLogits(Request& request, const LogitsRow&
     // the batch forever, so the row falls back to the top raw logit the grammar allows, still
     // honouring the EOS floor when anything else is left.
     if (allowed != nullptr) {
-      LoadLogits(logits, vocab_size_, scratch);
+      LoadLogits(logits, vocab_size_, scratch.logits.data());
       ApplyAllowedMask(allowed, scratch);
       token = ArgMaxProcessed(scratch);
       if (token < 0) {

@@ -31,6 +31,8 @@ bool UseAvx2() {
 }
 #endif
 
+}  // namespace
+
 float BlockMax(const float* data, size_t count) {
 #if OGA_BLOCK_MAX_X86
   return UseAvx2() ? BlockMaxAvx2(data, count) : BlockMaxSse2(data, count);
@@ -38,8 +40,6 @@ float BlockMax(const float* data, size_t count) {
   return ScalarBlockMax(data, count);
 #endif
 }
-
-}  // namespace
 
 FirstMaxResult FirstMax(const float* data, size_t count) {
   float best = kNegativeInfinity;

@@ -18,6 +18,10 @@ struct FirstMaxResult {
 // SSE2, else scalar.
 FirstMaxResult FirstMax(const float* data, size_t count);
 
+// The largest value of data[0, count), NaN ignored; -inf when none exceeds -inf (block_max.h's loops,
+// AVX2 or SSE2 as FirstMax picks them).
+float BlockMax(const float* data, size_t count);
+
 // The blocks FirstMax reads, and those of OgaExtStepOutputs.logits_block_maxima.
 constexpr size_t kFirstMaxBlock = OGA_EXT_LOGITS_BLOCK;
 

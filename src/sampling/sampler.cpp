@@ -43,28 +43,6 @@ namespace {
 
 constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
 
-// The largest value of data[0, count), NaN ignored; -inf when there is none. With SSE2 four lanes
-// at a time (MAXPS returns its second operand when the first is NaN, so NaN never enters).
-float MaxIgnoringNaN(const float* data, size_t count) {
-  size_t i = 0;
-#if defined(__SSE2__)
-  __m128 a = _mm_set1_ps(kNegativeInfinity), b = a, c = a, d = a;
-  for (; i + 16 <= count; i += 16) {
-    a = _mm_max_ps(_mm_loadu_ps(data + i), a);
-    b = _mm_max_ps(_mm_loadu_ps(data + i + 4), b);
-    c = _mm_max_ps(_mm_loadu_ps(data + i + 8), c);
-    d = _mm_max_ps(_mm_loadu_ps(data + i + 12), d);
-  }
-  alignas(16) float lanes[4];
-  _mm_store_ps(lanes, _mm_max_ps(_mm_max_ps(a, b), _mm_max_ps(c, d)));
-  float best = std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3]));
-#else
-  float best = kNegativeInfinity;
-#endif
-  for (; i < count; ++i) best = data[i] > best ? data[i] : best;
-  return best;
-}
-
 // The first index at or after `from` whose value equals `value`, or `count`.
 size_t FindFirst(const float* data, size_t from, size_t count, float value) {
   size_t i = from;
@@ -122,8 +100,7 @@ int32_t SelectGreedy(const LogitsRow& row, size_t vocab_size, const std::vector<
 
 namespace oga {
 
-void LoadLogits(const LogitsRow& row, size_t vocab_size, SamplingScratch& scratch) {
-  float* out = scratch.logits.data();
+void LoadLogits(const LogitsRow& row, size_t vocab_size, float* out) {
   if (row.type == OgaExtLogitsType_Float16) {
     const auto* data = static_cast<const uint16_t*>(row.data);
     for (size_t v = 0; v < vocab_size; ++v) out[v] = HalfToFloat(data[v]);
@@ -315,7 +292,7 @@ int32_t SampleDense(float temperature, float top_p, RandomStream& stream, Sampli
   const size_t vocab = scratch.logits.size();
   float* weight = scratch.weights.data();
   const float inverse_temperature = 1.0f / temperature;
-  const float max_logit = MaxIgnoringNaN(logits, vocab);
+  const float max_logit = BlockMax(logits, vocab);
   if (!(max_logit > kNegativeInfinity)) return -1;
   const bool nucleus = top_p > 0.0f && top_p < 1.0f;
   if (!nucleus) {

@@ -44,8 +44,8 @@ struct SamplingScratch {
   std::vector<double> bucket_mass;
 };
 
-// Copies a logits row into scratch.logits as float.
-void LoadLogits(const LogitsRow& row, size_t vocab_size, SamplingScratch& scratch);
+// Copies a logits row's first `vocab_size` logits to `out` as float (float16 rows widened).
+void LoadLogits(const LogitsRow& row, size_t vocab_size, float* out);
 // Guidance: every token whose bit (bit t % 32 of allowed[t / 32]) is clear becomes -inf.
 void ApplyAllowedMask(const uint32_t* allowed, SamplingScratch& scratch);
 // The logits processors, in 0.18's order after guidance: EOS masked while the turn is below its

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "cache/paged_cache.h"
-#include "scheduler/step_plan.h"
+#include "plan/step_plan.h"
 
 namespace oga {
 

@@ -146,7 +146,7 @@ int32_t DeviceSample(void* context, const OgaExtDeviceSampling* sampling, char* 
     const float* stored = static_cast<const float*>(sampling->logits) +
                           static_cast<size_t>(sampling->logits_rows[r]) * sampling->logits_row_stride;
     for (size_t v = 0; v < vocab; ++v) row[v] = DecodeDeviceLogit(stored[v]);
-    LoadLogits(LogitsRow{row.data(), OgaExtLogitsType_Float32}, vocab, scratch);
+    LoadLogits(LogitsRow{row.data(), OgaExtLogitsType_Float32}, vocab, scratch.logits.data());
     const std::vector<int32_t> history(sampling->history_tokens + sampling->history_offsets[r],
                                        sampling->history_tokens + sampling->history_offsets[r + 1]);
     ProcessLogits(history, eos_ids, sampling->mask_eos[r] != 0, sampling->repetition_penalties[r], 0, scratch);

@@ -1,4 +1,4 @@
-#include "request/step_requests.h"
+#include "compat/step_requests.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "generator/generator.h"
+#include "compat/generator.h"
 
 #include <algorithm>
 #include <cstring>
@@ -8,7 +8,7 @@
 #include "base/errors.h"
 #include "config/search_options.h"
 #include "request/events.h"
-#include "generator/generator_host.h"
+#include "compat/generator_host.h"
 #include "base/mix64.h"
 #include "request/turn_options.h"
 

@@ -1,4 +1,4 @@
-#include "generator/generator_host.h"
+#include "compat/generator_host.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,7 +8,7 @@
 
 #include "base/errors.h"
 #include "request/events.h"
-#include "generator/generator.h"
+#include "compat/generator.h"
 
 namespace oga {
 namespace {
