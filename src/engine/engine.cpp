@@ -212,7 +212,7 @@ std::string Engine::CheckLogitsOutputs(const OgaExtStepOutputs& outputs, size_t 
            "; expected " + std::to_string(expected_rows) + " rows of at least " + std::to_string(vocab_size_) +
            " logits";
   }
-  if (outputs.logits_on_device != 0 && !device_logits_) {
+  if (outputs.logits_on_device != 0 && !selector_.reads_device_logits()) {
     return "device logits, but its OgaExtDeviceOps has no read operation";
   }
   if (outputs.logits_block_maxima != nullptr) {
@@ -224,17 +224,6 @@ std::string Engine::CheckLogitsOutputs(const OgaExtStepOutputs& outputs, size_t 
     }
   }
   return std::string();
-}
-
-LogitsRow Engine::LogitsRowAt(const OgaExtStepOutputs& outputs, size_t row) const {
-  if (outputs.logits_on_device != 0) return device_logits_->HostRow(row, outputs.logits_type);
-  const size_t element_size = outputs.logits_type == OgaExtLogitsType_Float16 ? 2 : 4;
-  LogitsRow logits;
-  logits.data = static_cast<const char*>(outputs.logits) + row * outputs.logits_row_stride * element_size;
-  logits.type = outputs.logits_type;
-  if (outputs.logits_block_maxima != nullptr)
-    logits.block_maxima = outputs.logits_block_maxima + row * outputs.logits_block_maxima_stride;
-  return logits;
 }
 
 void Engine::SetFixedStateFallbackOnly(bool fallback_only) {

@@ -293,7 +293,6 @@ Engine::Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size
       owner_(std::this_thread::get_id()),
       limits_(limits),
       max_request_length_(max_request_length),
-      eos_ids_(model_->config().eos_token_ids),
       vocab_size_(static_cast<size_t>(model_->config().vocab_size)),
       seed_sequence_((static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}()),
       cache_(block_size, num_blocks, limits.max_batch_size,
@@ -304,30 +303,19 @@ Engine::Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size
           limits.graph_capture),
       pending_(limits.max_batch_size * 8 + 1),
       // Small vocabularies select in microseconds: waking workers would cost more than it saves.
-      workers_(vocab_size_ < kParallelSelectionVocabulary ? 1
-               : selection_participants > 0    ? std::min(selection_participants, RowWorkers::DefaultParticipants())
-                                               : RowWorkers::DefaultParticipants()) {
-  scratches_.reserve(workers_.participants());
-  for (size_t p = 0; p < workers_.participants(); ++p) scratches_.emplace_back(vocab_size_);
-  stop_scratches_.resize(workers_.participants());
-  select_requests_.resize(limits.max_batch_size);
-  select_logits_rows_.resize(limits.max_batch_size);
-  select_staged_.resize(limits.max_batch_size);
-  select_rows_.resize(limits.max_batch_size);
+      selector_(vocab_size_, model_->config().eos_token_ids, limits.max_batch_size,
+                vocab_size_ < kParallelSelectionVocabulary ? 1
+                : selection_participants > 0 ? std::min(selection_participants, RowWorkers::DefaultParticipants())
+                                             : RowWorkers::DefaultParticipants(),
+                model_->executor().device_ops,
+                model_->executor().per_token_logits != 0 ? std::max(limits.max_scheduled_tokens, limits.max_batch_size)
+                                                         : limits.max_batch_size,
+                counters_) {
   plan_.rows.reserve(limits.max_batch_size);
   plan_.publish_order.reserve(limits.max_batch_size);
   plan_.cached_block_ids.reserve(limits.max_batch_size * cache_.max_columns());
   plan_.unserviceable.reserve(limits.max_batch_size);
   staged_.resize(limits.max_batch_size);
-  const OgaExtDeviceOps* device_ops = model_->executor().device_ops;
-  if (DeviceLogits::Supported(device_ops)) {
-    const size_t logits_rows = model_->executor().per_token_logits != 0
-                                   ? std::max(limits.max_scheduled_tokens, limits.max_batch_size)
-                                   : limits.max_batch_size;
-    device_logits_ = std::make_unique<DeviceLogits>(device_ops, limits.max_batch_size, logits_rows, vocab_size_);
-    device_select_.reserve(limits.max_batch_size);
-    host_select_.reserve(limits.max_batch_size);
-  }
 }
 
 Engine::~Engine() { Teardown(); }
