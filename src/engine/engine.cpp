@@ -109,6 +109,16 @@ void Engine::Step() {
 }
 
 void Engine::ExecuteTransaction() {
+  if (!ReserveTransaction()) return;
+  // Checkpoint: requests are not mutated before publication (results are staged in staged_), so the
+  // committed request state is itself the checkpoint and rollback only discards.
+  OgaExtStepOutputs outputs{};
+  if (!ExecuteModel(outputs)) return;
+  if (!SelectAndStage(outputs)) return;
+  CommitTransaction();
+}
+
+bool Engine::ReserveTransaction() {
   // Reserve the complete cache transaction.
   try {
     if (faults() != nullptr && faults()->Consult(OgaExtFaultPhase_Reserve) != OgaExtExecutionStatus_Ok) {
@@ -119,24 +129,25 @@ void Engine::ExecuteTransaction() {
   } catch (const InterruptedError&) {
     Rollback();
     RetryInterrupted();
-    return;
+    return false;
   } catch (const std::exception& error) {
     cache_.Discard();
     MarkUnhealthy(OgaErrorCode_EngineContractFailure, "Transaction preparation", error.what());
-    return;
+    return false;
   }
-  // Checkpoint: requests are not mutated before publication (results are staged in staged_), so the
-  // committed request state is itself the checkpoint and rollback only discards.
+  return true;
+}
+
+bool Engine::ExecuteModel(OgaExtStepOutputs& outputs) {
   const OgaExtStepInputs* inputs = nullptr;
   try {
     inputs = hybrid_io_ ? &hybrid_io_->Pack(plan_, cache_) : &io_.Pack(plan_, cache_);
   } catch (const std::exception& error) {
     Rollback();
     MarkUnhealthy(OgaErrorCode_EngineContractFailure, "Transaction preparation", error.what());
-    return;
+    return false;
   }
   // Run the decoder once.
-  OgaExtStepOutputs outputs{};
   const uint64_t execute_start = NowNs();
   ExecutionResult result = executor_.Execute(*inputs, outputs);
   counters_.executor_ns += NowNs() - execute_start;
@@ -151,8 +162,12 @@ void Engine::ExecuteTransaction() {
   if (result.status != OgaExtExecutionStatus_Ok) {
     Rollback();
     EndFailedStep(result.status, OgaErrorCode_EngineExecutionFailure, "Model execution", result.message);
-    return;
+    return false;
   }
+  return true;
+}
+
+bool Engine::SelectAndStage(const OgaExtStepOutputs& outputs) {
   // Select and stage next tokens.
   try {
     StageResults(outputs);
@@ -166,8 +181,12 @@ void Engine::ExecuteTransaction() {
     const OgaExtExecutionStatus status = StatusOfCaughtException(cause);
     Rollback();
     EndFailedStep(status, OgaErrorCode_EngineExecutionFailure, "Token selection", cause);
-    return;
+    return false;
   }
+  return true;
+}
+
+void Engine::CommitTransaction() {
   // Prepare the commit: the last point where the transaction can still be undone.
   try {
     if (faults() != nullptr && faults()->Consult(OgaExtFaultPhase_CommitPrepare) != OgaExtExecutionStatus_Ok) {

@@ -186,7 +186,15 @@ class Engine {
   void CheckNoStepInFlight(const char* what) const;
 
   void Step();
+  // One transaction over an executable plan, phase by phase; each phase that fails has rolled back
+  // (or, past publication, marked the engine unhealthy) and reported, and returns false.
   void ExecuteTransaction();
+  bool ReserveTransaction();
+  // Packs the plan, runs the decoder once and checks its logits.
+  bool ExecuteModel(OgaExtStepOutputs& outputs);
+  bool SelectAndStage(const OgaExtStepOutputs& outputs);
+  // Commit preparation (the last undoable point), then fail-stop publication.
+  void CommitTransaction();
   // The static path: one batch step without the paged transaction (rows share one contiguous cache).
   void StepStatic();
   // Executable turns in publication order (residents or batch rows, then the waiting queue).
