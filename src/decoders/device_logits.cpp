@@ -53,19 +53,18 @@ void DeviceLogits::ClearSamples() {
   history_tokens_.clear();
 }
 
-void DeviceLogits::AddSample(int32_t logits_row, float temperature, int32_t top_k, float top_p, uint64_t seed,
-                             uint64_t counter, bool mask_eos, float repetition_penalty,
-                             const std::vector<int32_t>& history) {
+void DeviceLogits::AddSample(int32_t logits_row, const SamplingParams& params, uint64_t seed, uint64_t counter,
+                             bool mask_eos, const std::vector<int32_t>& history) {
   logits_rows_.push_back(logits_row);
-  temperatures_.push_back(temperature);
-  top_ks_.push_back(top_k);
-  top_ps_.push_back(top_p);
+  temperatures_.push_back(params.greedy ? 0.0f : params.temperature);
+  top_ks_.push_back(params.top_k);
+  top_ps_.push_back(params.top_p);
   seeds_.push_back(seed);
   counters_.push_back(counter);
   mask_eos_.push_back(mask_eos ? 1 : 0);
-  penalties_.push_back(repetition_penalty);
+  penalties_.push_back(params.repetition_penalty);
   // Only a penalized row needs its sequence on the device.
-  if (repetition_penalty != 1.0f) history_tokens_.insert(history_tokens_.end(), history.begin(), history.end());
+  if (params.repetition_penalty != 1.0f) history_tokens_.insert(history_tokens_.end(), history.begin(), history.end());
   history_offsets_.push_back(static_cast<int64_t>(history_tokens_.size()));
 }
 

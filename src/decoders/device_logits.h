@@ -26,9 +26,10 @@ class DeviceLogits {
 
   // ---- the device batch ----
   void ClearSamples();
-  // Adds a row reading logits row `logits_row`; temperature 0 for a greedy row.
-  void AddSample(int32_t logits_row, float temperature, int32_t top_k, float top_p, uint64_t seed, uint64_t counter,
-                 bool mask_eos, float repetition_penalty, const std::vector<int32_t>& history);
+  // Adds a row reading logits row `logits_row` with `params` (a greedy row goes with temperature 0),
+  // drawing from the stream (seed, counter).
+  void AddSample(int32_t logits_row, const SamplingParams& params, uint64_t seed, uint64_t counter, bool mask_eos,
+                 const std::vector<int32_t>& history);
   // Runs OgaExtDeviceOps.sample; returns the selected ids (-1: no candidate). Throws DeviceError.
   const int32_t* Sample(const OgaExtStepOutputs& outputs, const std::vector<int32_t>& eos_ids);
   // Batch row `row`'s stream after the one draw a sampled row makes on the device.

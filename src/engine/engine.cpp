@@ -109,6 +109,16 @@ void Engine::Step() {
 }
 
 void Engine::ExecuteTransaction() {
+  if (!ReserveTransaction()) return;
+  // Checkpoint: requests are not mutated before publication (results are staged in staged_), so the
+  // committed request state is itself the checkpoint and rollback only discards.
+  OgaExtStepOutputs outputs{};
+  if (!ExecuteModel(outputs)) return;
+  if (!SelectAndStage(outputs)) return;
+  CommitTransaction();
+}
+
+bool Engine::ReserveTransaction() {
   // Reserve the complete cache transaction.
   try {
     if (faults() != nullptr && faults()->Consult(OgaExtFaultPhase_Reserve) != OgaExtExecutionStatus_Ok) {
@@ -119,24 +129,25 @@ void Engine::ExecuteTransaction() {
   } catch (const InterruptedError&) {
     Rollback();
     RetryInterrupted();
-    return;
+    return false;
   } catch (const std::exception& error) {
     cache_.Discard();
     MarkUnhealthy(OgaErrorCode_EngineContractFailure, "Transaction preparation", error.what());
-    return;
+    return false;
   }
-  // Checkpoint: requests are not mutated before publication (results are staged in staged_), so the
-  // committed request state is itself the checkpoint and rollback only discards.
+  return true;
+}
+
+bool Engine::ExecuteModel(OgaExtStepOutputs& outputs) {
   const OgaExtStepInputs* inputs = nullptr;
   try {
     inputs = hybrid_io_ ? &hybrid_io_->Pack(plan_, cache_) : &io_.Pack(plan_, cache_);
   } catch (const std::exception& error) {
     Rollback();
     MarkUnhealthy(OgaErrorCode_EngineContractFailure, "Transaction preparation", error.what());
-    return;
+    return false;
   }
   // Run the decoder once.
-  OgaExtStepOutputs outputs{};
   const uint64_t execute_start = NowNs();
   ExecutionResult result = executor_.Execute(*inputs, outputs);
   counters_.executor_ns += NowNs() - execute_start;
@@ -151,8 +162,12 @@ void Engine::ExecuteTransaction() {
   if (result.status != OgaExtExecutionStatus_Ok) {
     Rollback();
     EndFailedStep(result.status, OgaErrorCode_EngineExecutionFailure, "Model execution", result.message);
-    return;
+    return false;
   }
+  return true;
+}
+
+bool Engine::SelectAndStage(const OgaExtStepOutputs& outputs) {
   // Select and stage next tokens.
   try {
     StageResults(outputs);
@@ -166,8 +181,12 @@ void Engine::ExecuteTransaction() {
     const OgaExtExecutionStatus status = StatusOfCaughtException(cause);
     Rollback();
     EndFailedStep(status, OgaErrorCode_EngineExecutionFailure, "Token selection", cause);
-    return;
+    return false;
   }
+  return true;
+}
+
+void Engine::CommitTransaction() {
   // Prepare the commit: the last point where the transaction can still be undone.
   try {
     if (faults() != nullptr && faults()->Consult(OgaExtFaultPhase_CommitPrepare) != OgaExtExecutionStatus_Ok) {
@@ -212,7 +231,7 @@ std::string Engine::CheckLogitsOutputs(const OgaExtStepOutputs& outputs, size_t 
            "; expected " + std::to_string(expected_rows) + " rows of at least " + std::to_string(vocab_size_) +
            " logits";
   }
-  if (outputs.logits_on_device != 0 && !device_logits_) {
+  if (outputs.logits_on_device != 0 && !selector_.reads_device_logits()) {
     return "device logits, but its OgaExtDeviceOps has no read operation";
   }
   if (outputs.logits_block_maxima != nullptr) {
@@ -224,17 +243,6 @@ std::string Engine::CheckLogitsOutputs(const OgaExtStepOutputs& outputs, size_t 
     }
   }
   return std::string();
-}
-
-LogitsRow Engine::LogitsRowAt(const OgaExtStepOutputs& outputs, size_t row) const {
-  if (outputs.logits_on_device != 0) return device_logits_->HostRow(row, outputs.logits_type);
-  const size_t element_size = outputs.logits_type == OgaExtLogitsType_Float16 ? 2 : 4;
-  LogitsRow logits;
-  logits.data = static_cast<const char*>(outputs.logits) + row * outputs.logits_row_stride * element_size;
-  logits.type = outputs.logits_type;
-  if (outputs.logits_block_maxima != nullptr)
-    logits.block_maxima = outputs.logits_block_maxima + row * outputs.logits_block_maxima_stride;
-  return logits;
 }
 
 void Engine::SetFixedStateFallbackOnly(bool fallback_only) {

@@ -16,15 +16,14 @@
 #include <thread>
 #include <vector>
 
-#include "decoders/device_logits.h"
 #include "base/errors.h"
 #include "request/events.h"
 #include "decoders/hybrid_decoder_io.h"
 #include "engine/model.h"
+#include "engine/token_selector.h"
 #include "decoders/model_executor.h"
 #include "cache/paged_cache.h"
 #include "request/request.h"
-#include "base/row_workers.h"
 #include "sampling/sampler.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/static_batch.h"
@@ -36,10 +35,6 @@ struct OgaRequestOptions {
 };
 
 namespace oga {
-
-// At most this many tokens reach one request in one committed step (1 + kMaxDraftTokens).
-constexpr size_t kMaxDraftTokens = 7;
-constexpr size_t kMaxTokensPerStep = kMaxDraftTokens + 1;
 
 // Caller-supplied draft verification telemetry (og.Engine.get_speculative_stats()).
 struct SpeculativeCounters {
@@ -57,7 +52,8 @@ struct SpeculativeCounters {
   std::array<uint64_t, 8> acceptance_length_histogram{};  // rounds by accepted drafts (0..7)
 };
 
-struct EngineCounters {
+// The engine's counters; the token selector keeps its own part (SelectionCounters) in them.
+struct EngineCounters : SelectionCounters {
   uint64_t model_runs = 0;
   uint64_t committed_steps = 0;
   uint64_t rolled_back_steps = 0;
@@ -65,8 +61,6 @@ struct EngineCounters {
   uint64_t executor_ns = 0;
   uint64_t fixed_state_direct_steps = 0;
   uint64_t fixed_state_fallback_steps = 0;
-  uint64_t device_sampled_rows = 0;
-  uint64_t host_read_logits_rows = 0;
   uint64_t preemptions = 0;        // residents whose cache a step released to make room
   uint64_t recomputed_tokens = 0;  // tokens prefilled again after a preemption (committed steps)
 };
@@ -173,18 +167,6 @@ class Engine {
   void SetLastTurnIdForTesting(Request& request, uint64_t turn_id);
 
  private:
-  // One row's selected tokens: one normally, up to kMaxTokensPerStep when drafts were verified
-  // (accepted drafts, then the correction or bonus token). EOS is never among them.
-  struct StagedResult {
-    std::array<int32_t, kMaxTokensPerStep> tokens{};
-    size_t count = 0;
-    OgaFinishReason finish_reason = OgaFinishReason_None;
-    bool drew = false;    // the row sampled: `stream` is the request's advanced random stream
-    RandomStream stream;
-    int32_t matched_stop_string = -1;
-    int32_t eos_token = -1;  // the EOS id selected (finish_reason Eos)
-    bool hold = false;       // a Generator holds the row's logits: nothing was selected
-  };
   // SelectHeldToken's checks and selection, without publishing.
   StagedResult StageHeldToken(Request& request);
 
@@ -204,47 +186,31 @@ class Engine {
   void CheckNoStepInFlight(const char* what) const;
 
   void Step();
+  // One transaction over an executable plan, phase by phase; each phase that fails has rolled back
+  // (or, past publication, marked the engine unhealthy) and reported, and returns false.
   void ExecuteTransaction();
+  bool ReserveTransaction();
+  // Packs the plan, runs the decoder once and checks its logits.
+  bool ExecuteModel(OgaExtStepOutputs& outputs);
+  bool SelectAndStage(const OgaExtStepOutputs& outputs);
+  // Commit preparation (the last undoable point), then fail-stop publication.
+  void CommitTransaction();
   // The static path: one batch step without the paged transaction (rows share one contiguous cache).
   void StepStatic();
   // Executable turns in publication order (residents or batch rows, then the waiting queue).
   void CollectExecutable(std::vector<Request*>& out) const;
+  // Hands the plan's sampling rows to the token selector and selects them into staged_.
   void StageResults(const OgaExtStepOutputs& outputs);
   // Proves the fixed-state reservation is the one the plan asked for (row count, new slots, binding
   // bytes, per-row request identity); throws ContractError otherwise.
   void CheckFixedStateReservation() const;
   void PublishCommit();
-  LogitsRow LogitsRowAt(const OgaExtStepOutputs& outputs, size_t row) const;
-  // Token selection and turn-end staging for one row, with participant `participant`'s scratch;
-  // grows the token storage so PublishToken cannot allocate. Throws RetryableStepError when nothing
-  // is selectable. Rows are independent: RowWorkers runs them in parallel.
-  StagedResult SelectToken(Request& request, const LogitsRow& logits, size_t participant);
-  // SelectToken's selection proper (SelectToken first diverts rows whose logits a Generator holds).
-  StagedResult SelectFromLogits(Request& request, const LogitsRow& logits, size_t participant);
-  // Runs SelectToken for the first `count` entries of select_requests_ / select_logits_rows_ into
-  // select_staged_, shared among RowWorkers.
-  void SelectTokens(size_t count, const OgaExtStepOutputs& outputs);
-  // Whether every row to select is greedy over the raw row (no processors, guidance, drafts or held
-  // logits): with block maxima such rows are selected on the calling thread.
-  bool OnlyPlainGreedy(size_t count) const;
-  // Device logits: selects the rows the device sampler supports there, stages them, reads back the
-  // logits rows the others need and moves those rows to the front of the select_* arrays; returns
-  // how many rows are left for host selection. Throws DeviceError.
-  size_t SelectOnDevice(size_t count, const OgaExtStepOutputs& outputs);
-  // The common end of token selection: EOS, then the token and the turn-end staging.
-  void StageSelectedToken(Request& request, int32_t token, StagedResult& staged, size_t participant);
   // Whether the executor's outputs are usable: "" or what is wrong with them.
   std::string CheckLogitsOutputs(const OgaExtStepOutputs& outputs, size_t expected_rows) const;
   // Appends the staged token, ends the turn when staged so, and queues the row's event.
   void PublishToken(Request& request, const StagedResult& staged);
   // The turn's stop strings, grammar and draft proposal are done with.
   static void EndTurnState(Request& request) noexcept;
-  // Greedy verification of a row's scheduled drafts against its per-token logits rows.
-  StagedResult VerifyDrafts(Request& request, const RequestStepPlan& row, const OgaExtStepOutputs& outputs,
-                            size_t participant);
-  // Turn-end staging shared by SelectToken and VerifyDrafts: whether appending `staged`'s last
-  // token ends the turn (stop string, then the turn's cap, then the session's).
-  bool StageTurnEnd(Request& request, StagedResult& staged, size_t participant);
   void CountVerification(const RequestStepPlan& row, const StagedResult& staged);
   void Rollback();
   void FailUnserviceable(Request& request);
@@ -277,7 +243,6 @@ class Engine {
   std::thread::id owner_;
   const SchedulerLimits limits_;
   const uint64_t max_request_length_;
-  const std::vector<int32_t> eos_ids_;
   const size_t vocab_size_;
   uint64_t seed_sequence_;  // unseeded requests' seed bases: Mix64 of a Weyl sequence from the OS
 
@@ -299,21 +264,7 @@ class Engine {
   StepPlan plan_;
   std::vector<StagedResult> staged_;
   EventQueue pending_;
-  // Per-row selection work: one scratch per participant (the owner thread is participant 0).
-  RowWorkers workers_;
-  std::vector<SamplingScratch> scratches_;
-  std::vector<std::string> stop_scratches_;  // one token's decoded text; reserved by BeginTurn
-  // The rows of the step being selected (preallocated at max_batch_size).
-  std::vector<Request*> select_requests_;
-  std::vector<size_t> select_logits_rows_;
-  std::vector<StagedResult*> select_staged_;
-  std::vector<const RequestStepPlan*> select_rows_;  // the plan row, or null on the static path
-  const OgaExtStepOutputs* select_outputs_ = nullptr;
   std::vector<Request*> failed_rows_;  // rows whose turn failed in this step (poisoned grammar)
-  // Executors whose device ops can read logits back: the device selection's storage.
-  std::unique_ptr<DeviceLogits> device_logits_;
-  std::vector<size_t> device_select_;  // select_* index of each row of the device batch
-  std::vector<size_t> host_select_;    // select_* indexes selected on the host, ascending
 
   SpeculativeCounters speculative_;
   bool in_step_ = false;  // a transaction is running (executor callbacks may call back in)
@@ -326,6 +277,8 @@ class Engine {
   std::string fatal_message_;
   bool torn_down_ = false;
   EngineCounters counters_;
+  // After counters_, whose SelectionCounters it updates.
+  TokenSelector selector_;
 };
 
 }  // namespace oga

@@ -147,6 +147,39 @@ std::vector<size_t> FixedStateRowBytes(const ModelConfig& config, const OgaExtMo
   return row_bytes;
 }
 
+// The scheduler's limits of a dynamic engine: the batch and step budgets, the block-table width
+// (`table_columns`, capped by the executor's), windows, prefix caching, preemption, CUDA graphs and
+// drafts. `fixed_pool` is the hybrid model's fixed-state pool (null for none); `fixed_state` says
+// whether the model has fixed state, `fixed_capture` whether its executor captures it per token.
+SchedulerLimits DynamicLimits(const ModelConfig& config, const DynamicBatchingConfig& batching,
+                              const OgaExtModelExecutor& executor, size_t max_batch_size, size_t table_columns,
+                              size_t ring_blocks, const FixedStatePool* fixed_pool, bool fixed_state,
+                              bool fixed_capture) {
+  SchedulerLimits limits;
+  limits.max_batch_size = max_batch_size;
+  limits.max_scheduled_tokens = static_cast<size_t>(batching.max_scheduled_tokens);
+  const size_t executor_columns = executor.max_block_table_columns;
+  limits.max_block_table_columns = executor_columns > 0 ? std::min(table_columns, executor_columns) : table_columns;
+  if (ring_blocks > 0) limits.max_query_tokens = static_cast<size_t>(config.search.chunk_size);
+  limits.prefix_caching = ring_blocks == 0 && batching.prefix_caching.value_or(true);
+  limits.preemption = batching.preemption == DynamicBatchingConfig::Preemption::Recompute;
+  limits.window_ring_blocks = ring_blocks;
+  if (fixed_pool) limits.fixed_state_row_bytes = fixed_pool->total_row_bytes();
+  // CUDA graphs for pure-decode steps; fixed-state bindings change every step, so hybrid models run
+  // eagerly.
+  limits.graph_capture = executor.cuda_graph != 0 && !fixed_pool;
+  // Drafts need one logits row per packed token, and room for them beside the mandatory token; a
+  // hybrid model also needs every token's fixed state to replay a partially accepted proposal.
+  if (executor.per_token_logits != 0 && limits.max_scheduled_tokens > 1 &&
+      (!fixed_state || fixed_capture)) {
+    limits.max_draft_tokens = std::min(kMaxDraftTokens, limits.max_scheduled_tokens - 1);
+    if (limits.max_query_tokens > 0) {
+      limits.max_draft_tokens = std::min(limits.max_draft_tokens, limits.max_query_tokens - 1);
+    }
+  }
+  return limits;
+}
+
 }  // namespace
 
 std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model, const EngineSizing& sizing) {
@@ -201,29 +234,9 @@ std::shared_ptr<Engine> Engine::Create(std::shared_ptr<Model> model, const Engin
   // The final sampled token never needs a KV slot, hence + 1.
   const uint64_t max_request_length = std::min<uint64_t>(static_cast<uint64_t>(config.context_length),
                                                          num_blocks * block_size + 1);
-  SchedulerLimits limits;
-  limits.max_batch_size = max_batch_size;
-  limits.max_scheduled_tokens = static_cast<size_t>(batching.max_scheduled_tokens);
   const size_t table_columns = static_cast<size_t>((max_request_length + block_size - 1) / block_size);
-  const size_t executor_columns = model->executor().max_block_table_columns;
-  limits.max_block_table_columns = executor_columns > 0 ? std::min(table_columns, executor_columns) : table_columns;
-  if (ring_blocks > 0) limits.max_query_tokens = static_cast<size_t>(config.search.chunk_size);
-  limits.prefix_caching = ring_blocks == 0 && batching.prefix_caching.value_or(true);
-  limits.preemption = batching.preemption == DynamicBatchingConfig::Preemption::Recompute;
-  limits.window_ring_blocks = ring_blocks;
-  if (fixed_pool) limits.fixed_state_row_bytes = fixed_pool->total_row_bytes();
-  // CUDA graphs for pure-decode steps; fixed-state bindings change every step, so hybrid models run
-  // eagerly.
-  limits.graph_capture = model->executor().cuda_graph != 0 && !fixed_pool;
-  // Drafts need one logits row per packed token, and room for them beside the mandatory token; a
-  // hybrid model also needs every token's fixed state to replay a partially accepted proposal.
-  if (model->executor().per_token_logits != 0 && limits.max_scheduled_tokens > 1 &&
-      (fixed_row_bytes.empty() || fixed_capture)) {
-    limits.max_draft_tokens = std::min(kMaxDraftTokens, limits.max_scheduled_tokens - 1);
-    if (limits.max_query_tokens > 0) {
-      limits.max_draft_tokens = std::min(limits.max_draft_tokens, limits.max_query_tokens - 1);
-    }
-  }
+  const SchedulerLimits limits = DynamicLimits(config, batching, model->executor(), max_batch_size, table_columns,
+                                               ring_blocks, fixed_pool.get(), !fixed_row_bytes.empty(), fixed_capture);
 
   std::shared_ptr<Engine> engine(new Engine(std::move(model), limits, static_cast<size_t>(block_size),
                                             static_cast<size_t>(num_blocks), max_request_length,
@@ -293,7 +306,6 @@ Engine::Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size
       owner_(std::this_thread::get_id()),
       limits_(limits),
       max_request_length_(max_request_length),
-      eos_ids_(model_->config().eos_token_ids),
       vocab_size_(static_cast<size_t>(model_->config().vocab_size)),
       seed_sequence_((static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}()),
       cache_(block_size, num_blocks, limits.max_batch_size,
@@ -304,30 +316,19 @@ Engine::Engine(std::shared_ptr<Model> model, const SchedulerLimits& limits, size
           limits.graph_capture),
       pending_(limits.max_batch_size * 8 + 1),
       // Small vocabularies select in microseconds: waking workers would cost more than it saves.
-      workers_(vocab_size_ < kParallelSelectionVocabulary ? 1
-               : selection_participants > 0    ? std::min(selection_participants, RowWorkers::DefaultParticipants())
-                                               : RowWorkers::DefaultParticipants()) {
-  scratches_.reserve(workers_.participants());
-  for (size_t p = 0; p < workers_.participants(); ++p) scratches_.emplace_back(vocab_size_);
-  stop_scratches_.resize(workers_.participants());
-  select_requests_.resize(limits.max_batch_size);
-  select_logits_rows_.resize(limits.max_batch_size);
-  select_staged_.resize(limits.max_batch_size);
-  select_rows_.resize(limits.max_batch_size);
+      selector_(vocab_size_, model_->config().eos_token_ids, limits.max_batch_size,
+                vocab_size_ < kParallelSelectionVocabulary ? 1
+                : selection_participants > 0 ? std::min(selection_participants, RowWorkers::DefaultParticipants())
+                                             : RowWorkers::DefaultParticipants(),
+                model_->executor().device_ops,
+                model_->executor().per_token_logits != 0 ? std::max(limits.max_scheduled_tokens, limits.max_batch_size)
+                                                         : limits.max_batch_size,
+                counters_) {
   plan_.rows.reserve(limits.max_batch_size);
   plan_.publish_order.reserve(limits.max_batch_size);
   plan_.cached_block_ids.reserve(limits.max_batch_size * cache_.max_columns());
   plan_.unserviceable.reserve(limits.max_batch_size);
   staged_.resize(limits.max_batch_size);
-  const OgaExtDeviceOps* device_ops = model_->executor().device_ops;
-  if (DeviceLogits::Supported(device_ops)) {
-    const size_t logits_rows = model_->executor().per_token_logits != 0
-                                   ? std::max(limits.max_scheduled_tokens, limits.max_batch_size)
-                                   : limits.max_batch_size;
-    device_logits_ = std::make_unique<DeviceLogits>(device_ops, limits.max_batch_size, logits_rows, vocab_size_);
-    device_select_.reserve(limits.max_batch_size);
-    host_select_.reserve(limits.max_batch_size);
-  }
 }
 
 Engine::~Engine() { Teardown(); }

@@ -1,7 +1,8 @@
 // Caller-supplied speculative drafts (seed: "Caller-supplied speculative drafts"):
-// admission of a proposal, greedy verification of the scheduled drafts with the per-token logits of
-// one model run, and the verification telemetry. Scheduling (ScheduleDrafts), packing, reservation
-// narrowing and publication live with the rest of the step transaction.
+// admission of a proposal and the verification telemetry. The greedy verification of the scheduled
+// drafts with the per-token logits of one model run is the token selector's (TokenSelector::
+// VerifyDrafts); scheduling, packing, reservation narrowing and publication live with the rest of
+// the step transaction.
 #include <algorithm>
 #include <string>
 
@@ -76,30 +77,6 @@ void Engine::CountVerification(const RequestStepPlan& row, const StagedResult& s
      : row.accepted_drafts == 0             ? s.zero_accept_rounds
                                             : s.partial_accept_rounds);
   ++s.acceptance_length_histogram[std::min<size_t>(row.accepted_drafts, s.acceptance_length_histogram.size() - 1)];
-}
-
-Engine::StagedResult Engine::VerifyDrafts(Request& request, const RequestStepPlan& row,
-                                          const OgaExtStepOutputs& outputs, size_t participant) {
-  // Admission rules (SetDraftTokens) keep this row greedy and free of logits processors, guidance
-  // and the EOS floor, so the target token of each position is its top raw logit.
-  StagedResult staged;
-  size_t accepted = 0;
-  for (size_t i = 0; i <= row.draft_count; ++i) {
-    const int32_t target = SelectGreedy(LogitsRowAt(outputs, row.logits_index + i), vocab_size_, eos_ids_, false);
-    if (target < 0) throw RetryableStepError("every logit of a row is NaN");
-    if (std::find(eos_ids_.begin(), eos_ids_.end(), target) != eos_ids_.end()) {
-      staged.finish_reason = OgaFinishReason_Eos;  // after the accepted drafts, in their last event
-      break;
-    }
-    staged.tokens[staged.count++] = target;
-    // A turn that ends on an accepted draft keeps it as its pending (unprocessed) token, as a
-    // turn's last token always is; later drafts are discarded.
-    if (StageTurnEnd(request, staged, participant)) break;
-    if (i == row.draft_count || target != request.draft_tokens[i]) break;  // bonus, or correction
-    ++accepted;
-  }
-  plan_.rows[static_cast<size_t>(&row - plan_.rows.data())].accepted_drafts = accepted;
-  return staged;
 }
 
 }  // namespace oga

@@ -54,18 +54,15 @@ void Engine::StepStatic() {
     return;
   }
   try {
+    std::vector<SelectionRow>& selection = selector_.rows();
     size_t count = 0;
     for (size_t r = 0; r < rows.size(); ++r) {
       Request& request = *rows[r].request;
       static_staged_[r] = StagedResult{};
       if (!request.schedulable()) continue;
-      select_requests_[count] = &request;
-      select_logits_rows_[count] = r;
-      select_staged_[count] = &static_staged_[r];
-      select_rows_[count] = nullptr;
-      ++count;
+      selection[count++] = SelectionRow{&request, r, &static_staged_[r], nullptr};
     }
-    SelectTokens(count, outputs);
+    selector_.Select(count, outputs);
   } catch (...) {
     std::string cause;
     const OgaExtExecutionStatus status = StatusOfCaughtException(cause);

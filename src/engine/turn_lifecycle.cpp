@@ -166,7 +166,7 @@ uint64_t Engine::BeginTurnWith(Request& request, const TurnOptionValues* values,
   std::unique_ptr<GuidanceCursor> guidance;
   if (values != nullptr && !values->stop_strings.empty()) {
     stop.Reset(values->stop_strings, model_->token_table());
-    for (std::string& scratch : stop_scratches_) scratch.reserve(stop.scratch_capacity(kMaxTokensPerStep));
+    selector_.ReserveStopScratch(stop.scratch_capacity(kMaxTokensPerStep));
   }
   if (values != nullptr && !values->guidance_type.empty()) {
     guidance = std::make_unique<GuidanceCursor>(model_->guidance_tokenizer(), values->guidance_type,
@@ -299,7 +299,7 @@ void Engine::HoldLogits(Request& request) {
   request.hold_logits = true;
 }
 
-Engine::StagedResult Engine::StageHeldToken(Request& request) {
+StagedResult Engine::StageHeldToken(Request& request) {
   CheckOwnerThread();
   CheckNoStepInFlight("select a held token");
   ThrowIfUnhealthy();
@@ -312,7 +312,7 @@ Engine::StagedResult Engine::StageHeldToken(Request& request) {
   logits.type = OgaExtLogitsType_Float32;
   try {
     // Selection only stages: a draw advances a copy of the stream, the guidance cursor moves at publish.
-    return SelectFromLogits(request, logits, 0);
+    return selector_.SelectFromLogits(request, logits, 0);
   } catch (const RetryableStepError&) {
     throw ApiError("No token can be selected: every logit is NaN or masked.");
   }

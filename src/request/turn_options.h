@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "sampling/sampler.h"
+
 namespace oga {
 
 class Request;
@@ -32,18 +34,11 @@ struct TurnOptionValues {
 
 // The policy one turn runs with, resolved at BeginTurn from the request's search defaults and the
 // turn's options (turn_policy.cpp).
-struct TurnPolicy {
+// A turn's policy: its token-selection settings (SamplingParams) and its lifecycle bounds.
+struct TurnPolicy : SamplingParams {
   uint64_t max_generated_tokens = 0;
   uint64_t min_generated_tokens = 0;
-  bool greedy = true;  // do_sample false, top_k 1 or temperature 0: the top logit, no randomness
-  float temperature = 1.0f;
-  int32_t top_k = 0;   // 0 = no top-k cut
-  float top_p = 1.0f;  // >= 1 = no nucleus cut
-  float repetition_penalty = 1.0f;
-  int32_t no_repeat_ngram_size = 0;
   std::optional<uint64_t> seed;  // reseeds the request's stream at the turn's first sampling step
-
-  bool processes_logits() const { return repetition_penalty != 1.0f || no_repeat_ngram_size > 0; }
 };
 
 struct SearchConfig;

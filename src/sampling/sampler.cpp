@@ -110,7 +110,9 @@ void LoadLogits(const LogitsRow& row, size_t vocab_size, float* out) {
 }
 
 void ProcessLogits(const std::vector<int32_t>& sequence, const std::vector<int32_t>& eos_ids, bool mask_eos,
-                   float repetition_penalty, int32_t no_repeat_ngram_size, SamplingScratch& scratch) {
+                   const SamplingParams& params, SamplingScratch& scratch) {
+  const float repetition_penalty = params.repetition_penalty;
+  const int32_t no_repeat_ngram_size = params.no_repeat_ngram_size;
   const float masked = -std::numeric_limits<float>::infinity();
   std::vector<float>& logits = scratch.logits;
   const size_t vocab = logits.size();
@@ -412,8 +414,10 @@ int32_t SampleCandidates(int32_t* order, size_t count, float temperature, Random
 
 }  // namespace
 
-int32_t SampleProcessed(float temperature, int32_t top_k, float top_p, RandomStream& stream,
-                        SamplingScratch& scratch) {
+int32_t SampleProcessed(const SamplingParams& params, RandomStream& stream, SamplingScratch& scratch) {
+  const float temperature = params.temperature;
+  const int32_t top_k = params.top_k;
+  const float top_p = params.top_p;
   const std::vector<float>& logits = scratch.logits;
   if (top_k <= 0 || static_cast<size_t>(top_k) >= logits.size()) {
     // No top-k cut: every token is a candidate (weights of masked ones are 0).

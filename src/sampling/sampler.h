@@ -25,6 +25,20 @@ int32_t SelectGreedy(const LogitsRow& row, size_t vocab_size, const std::vector<
 // IEEE half -> float.
 float HalfToFloat(uint16_t half);
 
+// One row's token-selection settings, the one struct the host sampler (ProcessLogits,
+// SampleProcessed), the device batch (DeviceLogits::AddSample) and a turn's policy (TurnPolicy)
+// share: a new sampling setting is a field here.
+struct SamplingParams {
+  bool greedy = true;  // do_sample false, top_k 1 or temperature 0: the top logit, no randomness
+  float temperature = 1.0f;
+  int32_t top_k = 0;   // 0 = no top-k cut
+  float top_p = 1.0f;  // >= 1 = no nucleus cut
+  float repetition_penalty = 1.0f;
+  int32_t no_repeat_ngram_size = 0;
+
+  bool processes_logits() const { return repetition_penalty != 1.0f || no_repeat_ngram_size > 0; }
+};
+
 // Per-engine scratch for logits processing and sampling, sized to the vocabulary once, so a step
 // allocates nothing.
 struct SamplingScratch {
@@ -51,14 +65,15 @@ void ApplyAllowedMask(const uint32_t* allowed, SamplingScratch& scratch);
 // The logits processors, in 0.18's order after guidance: EOS masked while the turn is below its
 // minimum, repetition penalty over every distinct token of the sequence (positive logits divided,
 // negative multiplied), and no-repeat n-gram (tokens that would repeat an n-gram of the sequence).
+// `params` gives repetition_penalty and no_repeat_ngram_size.
 void ProcessLogits(const std::vector<int32_t>& sequence, const std::vector<int32_t>& eos_ids, bool mask_eos,
-                   float repetition_penalty, int32_t no_repeat_ngram_size, SamplingScratch& scratch);
+                   const SamplingParams& params, SamplingScratch& scratch);
 // Index of the largest processed logit (lowest index on ties); -1 if every logit is -inf or NaN.
 int32_t ArgMaxProcessed(const SamplingScratch& scratch);
 // Temperature, then the top_k largest (0 = all; ties: lowest index first), softmax, then the
 // smallest prefix of the (logit descending, index ascending) order reaching top_p (when
 // 0 < top_p < 1), then one draw from `stream`.
-int32_t SampleProcessed(float temperature, int32_t top_k, float top_p, class RandomStream& stream,
-                        SamplingScratch& scratch);
+// `params` gives temperature, top_k and top_p.
+int32_t SampleProcessed(const SamplingParams& params, class RandomStream& stream, SamplingScratch& scratch);
 
 }  // namespace oga

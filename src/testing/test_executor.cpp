@@ -149,13 +149,18 @@ int32_t DeviceSample(void* context, const OgaExtDeviceSampling* sampling, char* 
     LoadLogits(LogitsRow{row.data(), OgaExtLogitsType_Float32}, vocab, scratch.logits.data());
     const std::vector<int32_t> history(sampling->history_tokens + sampling->history_offsets[r],
                                        sampling->history_tokens + sampling->history_offsets[r + 1]);
-    ProcessLogits(history, eos_ids, sampling->mask_eos[r] != 0, sampling->repetition_penalties[r], 0, scratch);
-    if (sampling->temperatures[r] == 0.0f) {
+    SamplingParams params;
+    params.greedy = sampling->temperatures[r] == 0.0f;
+    params.temperature = sampling->temperatures[r];
+    params.top_k = sampling->top_ks[r];
+    params.top_p = sampling->top_ps[r];
+    params.repetition_penalty = sampling->repetition_penalties[r];
+    ProcessLogits(history, eos_ids, sampling->mask_eos[r] != 0, params, scratch);
+    if (params.greedy) {
       sampling->tokens[r] = ArgMaxProcessed(scratch);
     } else {
       RandomStream stream(sampling->seeds[r], sampling->counters[r]);
-      sampling->tokens[r] = SampleProcessed(sampling->temperatures[r], sampling->top_ks[r], sampling->top_ps[r], stream,
-                                            scratch);
+      sampling->tokens[r] = SampleProcessed(params, stream, scratch);
     }
   }
   device->sampled_rows += sampling->num_rows;
