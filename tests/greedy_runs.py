@@ -65,3 +65,28 @@ def equal_up_to_a_near_tie(want, have, logits_of, noise):
         f"token {k}: {have[k]} (logit {logits[have[k]]:.4f}) against {want[k]} ({logits[want[k]]:.4f}), "
         f"top {top:.4f}")
     return False
+
+
+def equal_to_the_reference_up_to_a_near_tie(reference_model, prompt, have, max_new, relative_noise):
+    """The numpy reference (oga.models.reference) on `reference_model` decodes `max_new` greedy tokens
+    after `prompt`; `have` must equal them up to a near-tie within relative_noise x the prompt's largest
+    |logit| (equal_up_to_a_near_tie). Logits of a diverging history are replayed token by token, as an
+    engine computes them: past LongRoPE's switch one pass over the whole history would rotate every key
+    with the long factors."""
+    from oga.models.reference import Reference
+
+    reference = Reference(reference_model)
+    logits = reference.step(prompt)[-1]
+    noise = relative_noise * float(np.abs(logits).max())
+    want = []
+    for _ in range(max_new):
+        want.append(int(np.argmax(logits)))
+        logits = reference.step([want[-1]])[-1]
+
+    def logits_of(done):
+        replay = Reference(reference_model)
+        history = replay.step(prompt)[-1]
+        for token in done:
+            history = replay.step([token])[-1]
+        return history
+    return equal_up_to_a_near_tie(want, have, logits_of, noise)

@@ -10,14 +10,12 @@ onnxruntime-genai 0.18's builder builds for the static path:
   tokens equal the reference's up to a near-tie within the int8 activations' noise;
 - the CUDA graph, which does not implement the architectures' features yet, refuses them by name.
 """
-import numpy as np
 import pytest
 
 import oga as og
 from architecture_models import ARCHITECTURES, architecture_dir, checkpoint_dir
-from greedy_runs import begin_all, drain, equal_up_to_a_near_tie
+from greedy_runs import begin_all, drain, equal_to_the_reference_up_to_a_near_tie
 from oga.models import architectures, build
-from oga.models.reference import Reference
 from oga.models.safetensors_loader import load_safetensors
 from test_convert_architectures import _generator_018, _prompts
 from test_quantized_decoders import INT8_ACTIVATION_TOL, _effective
@@ -64,23 +62,7 @@ def test_quantized_build_equals_the_reference_on_its_weights(tmp_path, name, pre
     model_dir = _build(name, tmp_path / "oga", precision=precision)
     prompts = _prompts()
     for prompt, have in zip(prompts, _engine_tokens(model_dir, prompts)):
-        want = []
-        reference = Reference(effective)
-        logits = reference.step(prompt)[-1]
-        noise = INT8_ACTIVATION_TOL * float(np.abs(logits).max())
-        for _ in range(MAX_NEW):
-            want.append(int(np.argmax(logits)))
-            logits = reference.step([want[-1]])[-1]
-
-        def logits_of(done, prompt=prompt):
-            # token by token, as the engine computed them: a LongRoPE row rotates each step's keys
-            # by that step's length (one pass over the whole history would rotate them all long)
-            replay = Reference(effective)
-            logits = replay.step(prompt)[-1]
-            for token in done:
-                logits = replay.step([token])[-1]
-            return logits
-        equal_up_to_a_near_tie(want, have, logits_of, noise)
+        equal_to_the_reference_up_to_a_near_tie(effective, prompt, have, MAX_NEW, INT8_ACTIVATION_TOL)
 
 
 # the architectures whose tiny checkpoints use features beyond the Llama layout

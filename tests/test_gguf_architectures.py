@@ -32,10 +32,9 @@ from safetensors.numpy import load_file
 import oga as og
 from architecture_models import (SMALL, WINDOW, Architecture, _alternating, _gemma3_flat_rope,
                                  _transformers_checkpoint, checkpoint_dir)
-from greedy_runs import begin_all, drain, equal_up_to_a_near_tie
+from greedy_runs import begin_all, drain, equal_to_the_reference_up_to_a_near_tie
 from oga.models import build
 from oga.models.gguf_loader import load_gguf
-from oga.models.reference import Reference
 from oga.models.safetensors_loader import load_safetensors
 from test_convert_architectures import _prompts
 from test_quantized_decoders import FP16_KV_TOL, INT8_ACTIVATION_TOL, _effective
@@ -301,23 +300,7 @@ def test_quantized_file_builds_on_its_blocks_and_matches_the_reference(tmp_path,
     prompts = _prompts()
     model_dir = _build(path, tmp_path / "oga", accuracy_level=accuracy_level)
     for prompt, have in zip(prompts, _engine_tokens(model_dir, prompts)):
-        reference = Reference(effective)
-        logits = reference.step(prompt)[-1]
-        noise = _noise(qtype, accuracy_level) * float(np.abs(logits).max())
-        want = []
-        for _ in range(MAX_NEW):
-            want.append(int(np.argmax(logits)))
-            logits = reference.step([want[-1]])[-1]
-
-        def logits_of(done, prompt=prompt):
-            # replayed token by token as the engine ran it: past LongRoPE's switch a whole-sequence
-            # step would rotate the earlier keys with the long factors too
-            replay = Reference(effective)
-            logits = replay.step(prompt)[-1]
-            for token in done:
-                logits = replay.step([token])[-1]
-            return logits
-        equal_up_to_a_near_tie(want, have, logits_of, noise)
+        equal_to_the_reference_up_to_a_near_tie(effective, prompt, have, MAX_NEW, _noise(qtype, accuracy_level))
 
 
 def test_gemma3_windows_every_layer_but_each_sixth_as_llama_cpp_does(tmp_path):
