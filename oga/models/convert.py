@@ -538,6 +538,14 @@ def _remove_dead_nodes(graph):
     graph.initializer.extend(alive)
 
 
+def context_length_of(config: dict, context_length: int | None) -> int:
+    """The converted directory's context: `context_length`, else search.max_length (or the model's
+    context_length) capped at the CPU default."""
+    model, search = config.get("model", {}), config.get("search", {})
+    return int(context_length or min(int(search.get("max_length", model.get("context_length", 4096))),
+                                     cfg.CPU_DEFAULT_CONTEXT))
+
+
 def convert_config(config: dict, *, block_size: int, num_blocks: int | None, max_batch_size: int,
                    max_scheduled_tokens: int, context_length: int | None, rope_positions: int | None,
                    attention_layers: list, conv_layers=(), position_ids: bool = False, ring_layers=(),
@@ -546,8 +554,7 @@ def convert_config(config: dict, *, block_size: int, num_blocks: int | None, max
     config = json.loads(json.dumps(config))
     model, search = config["model"], config.setdefault("search", {})
     decoder = model["decoder"]
-    length = int(context_length or min(int(search.get("max_length", model.get("context_length", 4096))),
-                                       cfg.CPU_DEFAULT_CONTEXT))
+    length = context_length_of(config, context_length)
     if rope_positions is not None and length > rope_positions:
         raise ConversionError(f"context length {length} is longer than the graph's RoPE tables ({rope_positions} "
                               "positions)")
@@ -630,8 +637,7 @@ def convert(src, dst, *, block_size: int = cfg.CPU_BLOCK_SIZE, num_blocks: int |
         if os.path.basename(location) != location or not os.path.isfile(os.path.join(src, location)):
             raise ConversionError(f"{src}: external data file {location!r} is missing or outside the directory")
 
-    length = int(context_length or min(int(config.get("search", {}).get(
-        "max_length", config.get("model", {}).get("context_length", 4096))), cfg.CPU_DEFAULT_CONTEXT))
+    length = context_length_of(config, context_length)
     chunk = int(chunk_size or max_scheduled_tokens)
     graph = convert_graph(model, decoder, block_size=block_size, name=filename, chunk_size=chunk,
                           context_length=length, window_ring=window_ring, quantized_linear=quantized_linear)
